@@ -1,0 +1,82 @@
+"""System checks for the ``PROCEDURES`` settings and the database they run on."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+from django.db import connections
+
+from django_procedures.conf import DEFAULTS, conf
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    errors: list[Any] = []
+    raw = getattr(settings, "PROCEDURES", {})
+    if not isinstance(raw, dict):
+        return [Error("PROCEDURES must be a dict of settings", hint="See docs/settings.md.",
+                      id="django_procedures.E001")]
+    for key in raw:
+        if key not in DEFAULTS:
+            close = difflib.get_close_matches(key, DEFAULTS, n=1)
+            hint = f"Did you mean {close[0]!r}?" if close else "See docs/settings.md for the known keys."
+            errors.append(Error(f"PROCEDURES has an unknown key {key!r}", hint=hint, id="django_procedures.E002"))
+    if errors:
+        return errors
+
+    def positive(name: str) -> None:
+        value = getattr(conf, name)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+            errors.append(Error(f"PROCEDURES[{name!r}] must be a positive number of seconds; got {value!r}",
+                                id="django_procedures.E003"))
+
+    for name in ("LEASE_SECONDS", "SWEEP_SECONDS", "POLL_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS", "STATS_SECONDS"):
+        positive(name)
+    if errors:
+        return errors
+    lease = float(conf.LEASE_SECONDS)
+    renewal = conf.renewal_timeout
+    if not lease / 3 < renewal < lease:
+        errors.append(Error(
+            f"PROCEDURES['RENEWAL_TIMEOUT_SECONDS'] is {renewal:g}s; it must be shorter than the lease "
+            f"({lease:g}s) and longer than one heartbeat interval ({lease / 3:g}s)",
+            hint="Leave it unset (two thirds of the lease) or pick a value between the two.",
+            id="django_procedures.E004"))
+    if conf.idle_in_transaction_timeout <= lease:
+        errors.append(Error(
+            f"PROCEDURES['IDLE_IN_TRANSACTION_TIMEOUT_SECONDS'] ({conf.idle_in_transaction_timeout:g}s) must be "
+            f"longer than the lease ({lease:g}s), or a step's open transaction is cut while its lease is valid",
+            hint="Leave it unset (twice the lease).", id="django_procedures.E005"))
+    concurrency = conf.CONCURRENCY
+    if concurrency is not None and (not isinstance(concurrency, int) or concurrency < 1):
+        errors.append(Error(f"PROCEDURES['CONCURRENCY'] must be a positive integer or None; got {concurrency!r}",
+                            id="django_procedures.E006"))
+    for name in ("MAX_ERROR_LENGTH", "MAX_TRACEBACK_LENGTH"):
+        if not isinstance(getattr(conf, name), int) or getattr(conf, name) < 100:
+            errors.append(Error(f"PROCEDURES[{name!r}] must be an integer of at least 100",
+                                id="django_procedures.E007"))
+    errors.extend(_check_sqlite(concurrency))
+    return errors
+
+
+def _check_sqlite(concurrency: Any) -> list[Any]:
+    db = connections.settings["default"] if hasattr(connections, "settings") else settings.DATABASES["default"]
+    if "sqlite" not in db.get("ENGINE", ""):
+        return []
+    found: list[Any] = []
+    if isinstance(concurrency, int) and concurrency > 1:
+        found.append(Error(
+            f"PROCEDURES['CONCURRENCY'] is {concurrency}, but SQLite allows one writer at a time",
+            hint="Use 1 (one worker process with one thread) on SQLite, or PostgreSQL for concurrency.",
+            id="django_procedures.E008"))
+    if str(db.get("OPTIONS", {}).get("transaction_mode", "")).upper() != "IMMEDIATE":
+        found.append(Warning(
+            "the SQLite database does not use immediate transactions; a worker and a web process may fail "
+            "with 'database is locked'",
+            hint="Set DATABASES['default']['OPTIONS'] = {'transaction_mode': 'IMMEDIATE', 'timeout': 20, "
+                 "'init_command': 'PRAGMA journal_mode=WAL;'}.",
+            id="django_procedures.W001"))
+    return found

@@ -1,0 +1,86 @@
+"""The ``PROCEDURES`` settings dict, read lazily with documented defaults.
+
+Nothing reads settings at import time; values are cached and the cache is
+dropped on ``setting_changed``, so ``override_settings(PROCEDURES=...)`` works.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+DEFAULTS: dict[str, Any] = {
+    # Seconds a claim is valid without renewal; the heartbeat renews every third of it.
+    "LEASE_SECONDS": 30.0,
+    # After this long without a successful renewal, running steps see ensure_active() raise.
+    # None means two thirds of the lease.
+    "RENEWAL_TIMEOUT_SECONDS": None,
+    # How often a worker returns procedures whose lease expired.
+    "SWEEP_SECONDS": 5.0,
+    # Use PostgreSQL LISTEN/NOTIFY to wake idle workers; off for PgBouncer in transaction mode.
+    "LISTEN_NOTIFY": True,
+    # Poll interval of an idle worker when LISTEN/NOTIFY is off (or on SQLite).
+    "POLL_SECONDS": 1.0,
+    # --burst exits once nothing is due now or within this many seconds.
+    "BURST_WAIT_SECONDS": 2.0,
+    # Threads per worker process; None means 4 on PostgreSQL and 1 on SQLite.
+    "CONCURRENCY": None,
+    # Seconds a stopping worker waits for running steps before releasing their leases.
+    "SHUTDOWN_TIMEOUT_SECONDS": 30.0,
+    # idle_in_transaction_session_timeout of worker connections; None means twice the lease.
+    "IDLE_IN_TRANSACTION_TIMEOUT_SECONDS": None,
+    # Seconds between the worker's stats log lines.
+    "STATS_SECONDS": 60.0,
+    # Queue of procedures that name none.
+    "DEFAULT_QUEUE": "default",
+    # Longest stored error text and traceback, in characters.
+    "MAX_ERROR_LENGTH": 2000,
+    "MAX_TRACEBACK_LENGTH": 20000,
+}
+
+
+class ProceduresSettings:
+    """Attribute access to ``settings.PROCEDURES`` merged over :data:`DEFAULTS`."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] | None = None
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        value = getattr(django_settings, "PROCEDURES", None)
+        return dict(value or {})
+
+    def _values(self) -> dict[str, Any]:
+        if self._cache is None:
+            self._cache = {**DEFAULTS, **self.user_settings}
+        return self._cache
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in DEFAULTS:
+            raise AttributeError(f"PROCEDURES has no setting {name!r}")
+        return self._values()[name]
+
+    @property
+    def renewal_timeout(self) -> float:
+        value = self.RENEWAL_TIMEOUT_SECONDS
+        return float(value) if value is not None else float(self.LEASE_SECONDS) * 2 / 3
+
+    @property
+    def idle_in_transaction_timeout(self) -> float:
+        value = self.IDLE_IN_TRANSACTION_TIMEOUT_SECONDS
+        return float(value) if value is not None else float(self.LEASE_SECONDS) * 2
+
+    def reload(self) -> None:
+        self._cache = None
+
+
+conf = ProceduresSettings()
+
+
+@receiver(setting_changed)
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    if setting == "PROCEDURES":
+        conf.reload()

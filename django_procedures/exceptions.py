@@ -1,0 +1,44 @@
+"""Exceptions of django-procedures."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class ProceduresError(Exception):
+    """Base of every django-procedures error; never raised itself."""
+
+
+class NonRetryable(ProceduresError):
+    """Raised by a step to fail at once, without using up the retry budget.
+
+    ``manual_retry=False`` also marks the failure as not worth a manual retry.
+    """
+
+    def __init__(self, message: str = "", *, manual_retry: bool = True) -> None:
+        super().__init__(message)
+        self.manual_retry = manual_retry
+
+
+class LeaseLost(ProceduresError):
+    """A fenced write matched no row: another worker owns the procedure now."""
+
+
+class NotActive(ProceduresError):
+    """``ctx.ensure_active()``: the lease was lost, timed out, cancelled, or the worker is stopping."""
+
+
+class ShuttingDown(NotActive):
+    """``ctx.ensure_active()`` during a graceful shutdown."""
+
+
+class UnknownProcedureType(ProceduresError, LookupError):
+    """A type name that no registered ``Procedure`` class carries."""
+
+
+class InvalidOperation(ProceduresError):
+    """An operator operation that does not apply to the procedure's status."""
+
+
+class ProceduresConfigError(ImproperlyConfigured):
+    """Misconfiguration found at start-up."""

@@ -1,0 +1,50 @@
+"""``manage.py procedures_worker``: run a worker until stopped (or, with --burst, until idle)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+
+from django_procedures.conf import conf
+from django_procedures.runtime.worker import Worker, WorkerOptions
+
+
+class Command(BaseCommand):
+    help = "Claim and run procedures under leases until stopped (SIGTERM/SIGINT stop gracefully)."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--queues", help="Comma-separated queues to serve (default: every queue).")
+        parser.add_argument("--concurrency", type=int, default=None,
+                            help="Executor threads, each with its own connection (default: PROCEDURES['CONCURRENCY']"
+                                 ", or 4 on PostgreSQL and 1 on SQLite).")
+        parser.add_argument("--burst", action="store_true",
+                            help="Exit once nothing runs and nothing is due within BURST_WAIT_SECONDS.")
+        parser.add_argument("--lease-seconds", type=float, default=None,
+                            help="Lease length (default: PROCEDURES['LEASE_SECONDS']).")
+        parser.add_argument("--shutdown-timeout", type=float, default=None,
+                            help="Seconds to let running steps finish after SIGTERM before releasing them "
+                                 "(default: PROCEDURES['SHUTDOWN_TIMEOUT_SECONDS']).")
+        parser.add_argument("--worker-id", default="", help="Name of this worker in leases and logs.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        sqlite = connection.vendor == "sqlite"
+        concurrency = options["concurrency"] or conf.CONCURRENCY or (1 if sqlite else 4)
+        if concurrency < 1:
+            raise CommandError(f"--concurrency must be at least 1; got {concurrency}")
+        if sqlite and concurrency > 1:
+            raise CommandError(
+                f"--concurrency {concurrency} is not possible on SQLite, which allows one writer at a time: "
+                "run one worker process with --concurrency 1, or use PostgreSQL for concurrent workers")
+        lease = options["lease_seconds"] or float(conf.LEASE_SECONDS)
+        if lease <= 0:
+            raise CommandError(f"--lease-seconds must be positive; got {lease}")
+        shutdown_timeout = options["shutdown_timeout"]
+        if shutdown_timeout is None:
+            shutdown_timeout = float(conf.SHUTDOWN_TIMEOUT_SECONDS)
+        queues = [q.strip() for q in options["queues"].split(",") if q.strip()] if options["queues"] else None
+        worker = Worker(WorkerOptions(queues=queues, concurrency=concurrency, burst=options["burst"],
+                                      lease_seconds=lease, shutdown_timeout=shutdown_timeout,
+                                      worker_id=options["worker_id"]))
+        worker.run()

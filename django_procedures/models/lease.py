@@ -1,0 +1,33 @@
+"""``Lease``: one row per claim of a procedure, closed with its outcome."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from django_procedures.policy.status import LeaseOutcome
+
+
+class Lease(models.Model):
+    """A claim ``(procedure, token)`` by ``worker``; ``outcome`` says how it ended."""
+
+    procedure = models.ForeignKey("django_procedures.ProcedureRun", on_delete=models.CASCADE, related_name="leases")
+    token = models.BigIntegerField()
+    worker = models.CharField(max_length=255)
+    claimed_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=10, blank=True, choices=[(o.value, o.value) for o in LeaseOutcome])
+
+    class Meta:
+        ordering = ["procedure", "token"]
+        constraints = [
+            models.UniqueConstraint(fields=["procedure", "token"], name="procedures_lease_token"),
+        ]
+        indexes = [
+            models.Index(fields=["claimed_at"], condition=Q(released_at__isnull=True),
+                         name="procedures_open_lease_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"lease {self.token} of {self.procedure_id} by {self.worker}: {self.outcome or 'open'}"

@@ -1,0 +1,110 @@
+"""``ProcedureRun``: one row per procedure, written only by ``django_procedures.store``."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+from model_utils.fields import AutoCreatedField
+
+from django_procedures.policy.status import CLAIMABLE, FINAL, LEASED, RunStatus
+
+STATUS_CHOICES = [(s.value, s.value.replace("_", " ")) for s in RunStatus]
+
+
+class ProcedureRunQuerySet(models.QuerySet["ProcedureRun"]):
+    def claimable(self, now: datetime) -> ProcedureRunQuerySet:
+        """Rows a claim may pick at ``now``, in claim order (matches ``procedures_claim_idx``)."""
+        return self.filter(status__in=CLAIMABLE, run_at__lte=now).order_by("-priority", "run_at")
+
+    def pending(self) -> ProcedureRunQuerySet:
+        """Ready or retrying, due or not."""
+        return self.filter(status__in=CLAIMABLE)
+
+    def leased(self) -> ProcedureRunQuerySet:
+        return self.filter(status__in=LEASED)
+
+    def unfinished(self) -> ProcedureRunQuerySet:
+        return self.exclude(status__in=FINAL)
+
+    def finished(self) -> ProcedureRunQuerySet:
+        return self.filter(status__in=FINAL)
+
+    def failed(self) -> ProcedureRunQuerySet:
+        return self.filter(status=RunStatus.FAILED)
+
+
+class ProcedureRun(models.Model):
+    """A procedure: its type, state, position, lease and outcome."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    type_name = models.CharField(max_length=255)
+    state = models.JSONField(default=dict)
+    status = models.CharField(max_length=20, choices=STATUS_CHOICES, default=RunStatus.READY)
+
+    # Position: `step` steps are committed; `step_name` is the next one to run.
+    step = models.PositiveIntegerField(default=0)
+    step_name = models.CharField(max_length=255, blank=True)
+    step_started_at = models.DateTimeField(null=True, blank=True)
+    # `attempt` numbers the next try of `step_name`; `failures` and `lost` are its two budgets.
+    attempt = models.PositiveIntegerField(default=1)
+    failures = models.PositiveIntegerField(default=0)
+    lost = models.PositiveIntegerField(default=0)
+    # Set (fenced) just before a non-idempotent step starts, cleared by its checkpoint.
+    in_unsafe_step = models.BooleanField(default=False)
+
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    root = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="descendants")
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.IntegerField(default=0)
+    # NULL, not "", for "no key": the partial unique constraint covers only real keys.
+    key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    run_at = models.DateTimeField()
+
+    lease_token = models.BigIntegerField(default=0)
+    lease_owner = models.CharField(max_length=255, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    output = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    traceback = models.TextField(blank=True)
+    failed_step = models.CharField(max_length=255, blank=True)
+    failure_can_retry = models.BooleanField(default=False)
+
+    created_at = AutoCreatedField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    retried_at = models.DateTimeField(null=True, blank=True)
+    retried_by = models.CharField(max_length=255, blank=True)
+    manual_retries = models.PositiveIntegerField(default=0)
+
+    objects = ProcedureRunQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "procedure"
+        constraints = [
+            models.UniqueConstraint(fields=["key"], condition=Q(key__isnull=False), name="procedures_unique_key"),
+        ]
+        indexes = [
+            # The claim: due rows in priority, then run_at order. Partial, so finished rows cost nothing.
+            models.Index(fields=["-priority", "run_at"], condition=Q(status__in=CLAIMABLE),
+                         name="procedures_claim_idx"),
+            # The next due time an idle worker waits for.
+            models.Index(fields=["run_at"], condition=Q(status__in=CLAIMABLE), name="procedures_due_idx"),
+            # The recovery sweep: leases that expired.
+            models.Index(fields=["lease_expires_at"], condition=Q(status__in=LEASED), name="procedures_lease_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type_name} {self.id} ({self.status})"
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in FINAL
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": str(self.id), "type_name": self.type_name, "status": self.status,
+                "output": self.output, "error": self.error}

@@ -1,0 +1,36 @@
+"""``Step``: one row per ended step attempt, written in the transaction that ends it."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from django_procedures.policy.status import StepStatus
+
+
+class Step(models.Model):
+    """A step attempt that ended ``done`` (with its checkpoint), ``failed`` or ``lost``."""
+
+    procedure = models.ForeignKey("django_procedures.ProcedureRun", on_delete=models.CASCADE, related_name="steps")
+    index = models.PositiveIntegerField()
+    name = models.CharField(max_length=255)
+    attempt = models.PositiveIntegerField()
+    status = models.CharField(max_length=10, choices=[(s.value, s.value) for s in StepStatus])
+    lease_token = models.BigIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField()
+    error = models.TextField(blank=True)
+    # The state this attempt committed (done steps only).
+    state = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["procedure", "index", "attempt"]
+        constraints = [
+            # A step is committed at most once, whatever races between workers.
+            models.UniqueConstraint(fields=["procedure", "index"], condition=Q(status=StepStatus.DONE),
+                                    name="procedures_step_done_once"),
+        ]
+        indexes = [models.Index(fields=["procedure", "index", "attempt"], name="procedures_step_order_idx")]
+
+    def __str__(self) -> str:
+        return f"step {self.index} {self.name} attempt {self.attempt}: {self.status}"

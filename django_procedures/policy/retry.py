@@ -1,0 +1,92 @@
+"""Retry policy and the pure decision taken when a step attempt fails."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how soon a failing step is tried again.
+
+    ``max_attempts`` counts failed attempts of one step: with 5, the fifth
+    failure is permanent. ``max_lost`` is the separate budget for attempts
+    lost with their worker: when a worker has been lost that many times during
+    one step, the procedure fails as poisonous. Delays follow
+    ``min(max_delay, initial_delay * backoff ** (attempt - 1))`` spread by
+    ``± jitter`` (a fraction of the delay).
+    """
+
+    max_attempts: int = 3
+    initial_delay: float = 1.0
+    backoff: float = 2.0
+    max_delay: float = 300.0
+    jitter: float = 0.1
+    max_lost: int = 10
+    non_retryable: tuple[type[BaseException], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1; got {self.max_attempts}")
+        if self.max_lost < 1:
+            raise ValueError(f"max_lost must be at least 1; got {self.max_lost}")
+        if self.initial_delay < 0 or self.max_delay < 0:
+            raise ValueError("initial_delay and max_delay must not be negative")
+        if self.backoff < 1:
+            raise ValueError(f"backoff must be at least 1 (1 keeps the delay constant); got {self.backoff}")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError(f"jitter is a fraction of the delay between 0 and 1; got {self.jitter}")
+        object.__setattr__(self, "non_retryable", tuple(self.non_retryable))
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        base = min(self.max_delay, self.initial_delay * self.backoff ** (attempt - 1))
+        if not self.jitter or not base:
+            return base
+        spread = base * self.jitter
+        return max(0.0, base + (rng or random).uniform(-spread, spread))
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    """Try again at ``run_at``: the failure was attempt ``failures`` of the budget."""
+
+    run_at: datetime
+    failures: int
+
+
+@dataclass(frozen=True)
+class FailDecision:
+    """Fail for good; ``manual_retry`` says whether an operator retry makes sense."""
+
+    reason: str
+    manual_retry: bool
+
+
+def decide_failure(
+    policy: RetryPolicy,
+    *,
+    failures_before: int,
+    now: datetime,
+    retryable: bool,
+    manual_retry: bool = True,
+    rng: random.Random | None = None,
+) -> RetryDecision | FailDecision:
+    """Decide what a failed attempt leads to.
+
+    ``failures_before`` is the number of failed attempts of this step already
+    counted against the budget (reset by a manual retry).
+    """
+    failures = failures_before + 1
+    if not retryable:
+        return FailDecision("not retryable", manual_retry)
+    if failures >= policy.max_attempts:
+        return FailDecision(f"gave up after {failures} failed attempts", manual_retry)
+    return RetryDecision(now + timedelta(seconds=policy.delay(failures, rng)), failures)
+
+
+def is_poisonous(policy: RetryPolicy, lost: int) -> bool:
+    """True when the worker was lost often enough during one step to stop trying."""
+    return lost >= policy.max_lost

@@ -1,0 +1,53 @@
+"""Procedure classes by type name; workers resolve type names only through here."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django_procedures.exceptions import ProceduresConfigError, UnknownProcedureType
+
+if TYPE_CHECKING:
+    from django_procedures.procedure import Procedure
+
+_types: dict[str, type[Procedure]] = {}
+
+
+def register(cls: type[Procedure]) -> None:
+    """Add ``cls``; a second class with the same type name is a configuration error."""
+    if not cls.steps:
+        raise ProceduresConfigError(
+            f"{cls.__module__}.{cls.__qualname__} has no @step methods and does not override execute(); "
+            "add steps, or set abstract = True if it is a base class"
+        )
+    existing = _types.get(cls.type_name)
+    if existing is not None and _origin(existing) != _origin(cls):
+        raise ProceduresConfigError(
+            f"two procedure classes share the type name {cls.type_name!r}: {_origin(existing)} and "
+            f"{_origin(cls)}; set a distinct type_name on one of them"
+        )
+    _types[cls.type_name] = cls
+
+
+def _origin(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def get(type_name: str) -> type[Procedure]:
+    try:
+        return _types[type_name]
+    except KeyError:
+        raise UnknownProcedureType(
+            f"no procedure class is registered as {type_name!r}; define it in a 'procedures' module of an "
+            "installed app (or import it there)"
+        ) from None
+
+
+def type_names() -> list[str]:
+    return sorted(_types)
+
+
+def autodiscover() -> None:
+    """Import the ``procedures`` module of every installed app."""
+    from django.utils.module_loading import autodiscover_modules
+
+    autodiscover_modules("procedures")

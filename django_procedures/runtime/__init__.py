@@ -1,0 +1,1 @@
+"""The worker runtime: executor, heartbeat, wake-up listener, shutdown signals."""

@@ -1,0 +1,72 @@
+"""``Context``: what a step sees of the run it belongs to."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django_procedures.exceptions import NotActive, ShuttingDown
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    """A finished child of the last suspension."""
+
+    id: uuid.UUID
+    type_name: str
+    status: str
+    output: Any
+    error: str
+
+
+class Activity:
+    """Whether a claim may still do work; shared by the executor, heartbeat and shutdown."""
+
+    def __init__(self) -> None:
+        self._lost: str | None = None
+        self.stopping = threading.Event()
+        self._lock = threading.Lock()
+
+    def lose(self, reason: str) -> None:
+        with self._lock:
+            if self._lost is None:
+                self._lost = reason
+
+    @property
+    def lost_reason(self) -> str | None:
+        return self._lost
+
+    def check(self) -> None:
+        if self._lost is not None:
+            raise NotActive(self._lost)
+        if self.stopping.is_set():
+            raise ShuttingDown("the worker is shutting down")
+
+
+@dataclass
+class Context:
+    """Passed to every step: where the run is, and ``ensure_active()`` for long steps."""
+
+    procedure_id: uuid.UUID
+    type_name: str
+    attempt: int
+    step_index: int
+    step_name: str
+    lease_token: int
+    activity: Activity = field(repr=False)
+    children: tuple[ChildResult, ...] = ()
+    logger: logging.LoggerAdapter[logging.Logger] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.logger = logging.LoggerAdapter(logging.getLogger("django_procedures.procedure"), self.log_extra())
+
+    def log_extra(self) -> dict[str, Any]:
+        return {"procedure_id": str(self.procedure_id), "type_name": self.type_name,
+                "lease_token": self.lease_token, "attempt": self.attempt, "step": self.step_name}
+
+    def ensure_active(self) -> None:
+        """Raise ``NotActive`` if this run must stop: lease lost or not renewed in time, or shutdown."""
+        self.activity.check()

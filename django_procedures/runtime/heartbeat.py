@@ -1,0 +1,68 @@
+"""The heartbeat thread: renews every held lease in one statement, on its own connection."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from django.db import connection
+
+from django_procedures.runtime.executor import RunningClaim
+from django_procedures.store.leases import renew
+
+logger = logging.getLogger("django_procedures.worker")
+
+
+class Heartbeat(threading.Thread):
+    """Renews leases every ``lease_seconds / 3``; flips contexts to expired when renewal fails too long.
+
+    A claim whose lease did not come back from the renewal (it expired and was
+    reclaimed, or was cancelled) is marked lost at once. If renewals keep
+    failing (database unreachable) for ``renewal_timeout`` seconds since the
+    last success, every running claim is marked lost: its steps' next
+    ``ctx.ensure_active()`` raises, before another worker can take over.
+    """
+
+    def __init__(self, running: Callable[[], Iterable[RunningClaim]], *, lease_seconds: float,
+                 renewal_timeout: float) -> None:
+        super().__init__(name="procedures-heartbeat", daemon=True)
+        self.running = running
+        self.interval = lease_seconds / 3
+        self.lease_seconds = lease_seconds
+        self.renewal_timeout = renewal_timeout
+        self.stop_event = threading.Event()
+        self.last_success = time.monotonic()
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.wait(self.interval if self._healthy() else min(1.0, self.interval)):
+                self.beat()
+        finally:
+            connection.close()
+
+    def _healthy(self) -> bool:
+        return time.monotonic() - self.last_success < self.interval * 1.5
+
+    def beat(self) -> None:
+        claims = list(self.running())
+        started = time.monotonic()
+        try:
+            connection.close_if_unusable_or_obsolete()
+            held = renew(((r.claim.id, r.claim.lease_token) for r in claims), self.lease_seconds)
+        except Exception as error:  # the database may be restarting; keep trying until the timeout
+            connection.close()
+            silent_for = time.monotonic() - self.last_success
+            logger.warning("lease renewal failed (%.1fs since the last success): %s", silent_for, error)
+            if silent_for >= self.renewal_timeout:
+                for r in claims:
+                    r.activity.lose(f"lease renewal failed for {silent_for:.1f}s (renewal timeout)")
+            return
+        self.last_success = started
+        for r in claims:
+            if r.claim.id not in held:
+                r.activity.lose(f"lease token {r.claim.lease_token} was taken over or cancelled")
+
+    def stop(self) -> None:
+        self.stop_event.set()

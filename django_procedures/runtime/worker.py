@@ -1,0 +1,247 @@
+"""The worker: claims due procedures, runs them on threads, keeps leases alive, stops gracefully."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import close_old_connections, connection
+from django.db.backends.signals import connection_created
+
+from django_procedures import clock, registry
+from django_procedures.conf import conf
+from django_procedures.exceptions import LeaseLost
+from django_procedures.runtime.executor import Outcome, RunningClaim, execute
+from django_procedures.runtime.heartbeat import Heartbeat
+from django_procedures.runtime.shutdown import graceful_signals
+from django_procedures.runtime.wakeup import Waker
+from django_procedures.store import fence
+from django_procedures.store.claim import claim, next_due, unknown_types
+from django_procedures.store.leases import sweep_expired
+
+logger = logging.getLogger("django_procedures.worker")
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    queues: Sequence[str] | None = None
+    concurrency: int = 1
+    burst: bool = False
+    lease_seconds: float = 30.0
+    shutdown_timeout: float = 30.0
+    worker_id: str = ""
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Worker:
+    """One worker process: a claiming main thread, ``concurrency`` executor threads and a heartbeat."""
+
+    def __init__(self, options: WorkerOptions) -> None:
+        self.options = options
+        self.id = options.worker_id or new_worker_id()
+        self.types = registry.type_names()
+        self.stats: Counter[str] = Counter()
+        self.running: dict[uuid.UUID, RunningClaim] = {}
+        self._lock = threading.Lock()
+        self._work: queue.SimpleQueue[RunningClaim | None] = queue.SimpleQueue()
+        self._stopping = threading.Event()
+        self.waker = Waker(listen=connection.vendor == "postgresql" and bool(conf.LISTEN_NOTIFY),
+                           queues=options.queues, poll_seconds=float(conf.POLL_SECONDS))
+        self.heartbeat = Heartbeat(self.snapshot, lease_seconds=options.lease_seconds,
+                                   renewal_timeout=min(conf.renewal_timeout, options.lease_seconds * 2 / 3))
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def run(self) -> int:
+        idle_timeout = conf.IDLE_IN_TRANSACTION_TIMEOUT_SECONDS or 2 * self.options.lease_seconds
+        configure = functools.partial(_configure_connection, idle_timeout=float(idle_timeout))
+        connection_created.connect(configure, weak=False, dispatch_uid=f"procedures-worker-{self.id}")
+        threads = [threading.Thread(target=self._executor_loop, name=f"procedures-exec-{i}", daemon=True)
+                   for i in range(self.options.concurrency)]
+        logger.info("worker %s started: queues=%s concurrency=%d database=%s types=%d lease=%gs", self.id,
+                    ",".join(self.options.queues) if self.options.queues else "*", self.options.concurrency,
+                    connection.vendor, len(self.types), self.options.lease_seconds)
+        self._report_unknown_types()
+        for t in threads:
+            t.start()
+        self.heartbeat.start()
+        try:
+            with graceful_signals(self.stop):
+                self._main_loop()
+                self._shut_down(threads)
+        finally:
+            self.heartbeat.stop()
+            self.waker.close()
+            connection_created.disconnect(dispatch_uid=f"procedures-worker-{self.id}")
+            self._log_stats("stopped")
+        return 0
+
+    def stop(self, reason: str = "stop requested") -> None:
+        """Stop claiming; running steps see ``ensure_active()`` raise at their next check."""
+        if not self._stopping.is_set():
+            logger.info("worker %s: %s; shutting down (a second signal exits at once)", self.id, reason)
+        self._stopping.set()
+        for r in self.snapshot():
+            r.activity.stopping.set()
+        self.waker.wake()
+
+    def snapshot(self) -> list[RunningClaim]:
+        with self._lock:
+            return list(self.running.values())
+
+    # -- main thread ----------------------------------------------------------------------
+
+    def _main_loop(self) -> None:
+        next_sweep = next_stats = 0.0
+        backoff = 0.0
+        while not self._stopping.is_set():
+            try:
+                close_old_connections()
+                now = time.monotonic()
+                if now >= next_sweep:
+                    sweep_expired()
+                    next_sweep = now + float(conf.SWEEP_SECONDS)
+                if now >= next_stats:
+                    if next_stats:
+                        self._log_stats("stats")
+                    next_stats = now + float(conf.STATS_SECONDS)
+                free = self.options.concurrency - len(self.running)
+                claimed = self._claim(free) if free > 0 else 0
+                if claimed:
+                    backoff = 0.0
+                    continue
+                due = next_due(type_names=self.types, queues=self.options.queues)
+                if self.options.burst and not self.running and not self._due_soon(due):
+                    logger.info("worker %s: nothing due within %gs; --burst exits", self.id,
+                                float(conf.BURST_WAIT_SECONDS))
+                    return
+                backoff = 0.0
+                self.waker.wait(self._idle_timeout(due, next_sweep, next_stats))
+            except Exception as error:  # database gone: reconnect with backoff, log once per outage
+                if not backoff:
+                    logger.warning("worker %s: database error, retrying with backoff: %s", self.id, error)
+                connection.close()
+                self.waker.close_connection()
+                backoff = min(max(backoff * 2, 0.2), 10.0)
+                self._stopping.wait(backoff)
+
+    def _claim(self, free: int) -> int:
+        claims = claim(self.id, type_names=self.types, queues=self.options.queues, limit=free,
+                       lease_seconds=self.options.lease_seconds)
+        for c in claims:
+            running = RunningClaim(c)
+            with self._lock:
+                self.running[c.id] = running
+            self.stats["claimed"] += 1
+            self._work.put(running)
+        return len(claims)
+
+    def _due_soon(self, due: Any) -> bool:
+        if due is None:
+            return False
+        return (due - clock.now()).total_seconds() <= float(conf.BURST_WAIT_SECONDS)
+
+    def _idle_timeout(self, due: Any, next_sweep: float, next_stats: float) -> float:
+        now = time.monotonic()
+        timeout = min(next_sweep, next_stats) - now
+        if due is not None:
+            timeout = min(timeout, (due - clock.now()).total_seconds())
+        if self.options.burst:
+            timeout = min(timeout, float(conf.POLL_SECONDS))
+        return max(0.0, timeout)
+
+    # -- executor threads -----------------------------------------------------------------
+
+    def _executor_loop(self) -> None:
+        try:
+            while True:
+                running = self._work.get()
+                if running is None:
+                    return
+                try:
+                    outcome = execute(running)
+                except Exception:
+                    logger.exception("procedure %s: the worker could not record its outcome; its lease will "
+                                     "expire and another worker will resume it", running.claim.id)
+                    connection.close()
+                    outcome = Outcome.LOST
+                self.stats[_STAT[outcome]] += 1
+                with self._lock:
+                    self.running.pop(running.claim.id, None)
+                self.waker.wake()
+        finally:
+            connection.close()
+
+    # -- shutdown -------------------------------------------------------------------------
+
+    def _shut_down(self, threads: list[threading.Thread]) -> None:
+        self.stop("finishing")
+        for _ in threads:
+            self._work.put(None)
+        deadline = time.monotonic() + self.options.shutdown_timeout
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        for running in self.snapshot():
+            self._abandon(running)
+
+    def _abandon(self, running: RunningClaim) -> None:
+        """Past the shutdown timeout: release the procedure (or park it inside a non-idempotent step)."""
+        spec = running.current
+        try:
+            if running.in_step and spec is not None and not spec.idempotent:
+                fence.fail_without_attempt(running.claim, f"interrupted during non-idempotent step {spec.name}")
+                self.stats["failed"] += 1
+            else:
+                fence.release(running.claim)
+                self.stats["released"] += 1
+            logger.info("procedure %s: still running at the shutdown timeout; %s", running.claim.id,
+                        "parked" if spec is not None and not spec.idempotent else "released")
+        except LeaseLost:
+            pass  # it finished (or moved) in the meantime
+
+    # -- reporting ------------------------------------------------------------------------
+
+    def _log_stats(self, label: str) -> None:
+        s = self.stats
+        unknown = ""
+        try:
+            waiting = unknown_types(self.types)
+            if waiting:
+                unknown = " unknown-types=" + ",".join(f"{k}:{v}" for k, v in waiting.items())
+        except Exception:  # stats must never stop the worker
+            pass
+        logger.info("worker %s %s: claimed=%d succeeded=%d retried=%d failed=%d released=%d lost=%d%s", self.id,
+                    label, s["claimed"], s["succeeded"], s["retried"], s["failed"], s["released"], s["lost"],
+                    unknown)
+
+    def _report_unknown_types(self) -> None:
+        waiting = unknown_types(self.types)
+        for type_name, count in waiting.items():
+            logger.warning("%d ready procedures have the type %r, which this worker does not know; "
+                           "they are left for a worker that does", count, type_name)
+
+
+_STAT = {Outcome.COMPLETED: "succeeded", Outcome.RETRIED: "retried", Outcome.FAILED: "failed",
+         Outcome.RELEASED: "released", Outcome.LOST: "lost"}
+
+
+def _configure_connection(sender: Any = None, *, connection: Any, idle_timeout: float, **kwargs: Any) -> None:
+    """Worker connections cut a transaction left idle too long, so a frozen worker cannot hold rows for ever."""
+    if connection.vendor != "postgresql":
+        return
+    timeout_ms = int(idle_timeout * 1000)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET idle_in_transaction_session_timeout = {timeout_ms}")
