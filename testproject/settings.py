@@ -13,6 +13,7 @@ SECRET_KEY = "django-procedures-testproject-not-secret"
 DEBUG = True
 ALLOWED_HOSTS = ["*"]
 USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 TIME_ZONE = "UTC"
 
 INSTALLED_APPS = [

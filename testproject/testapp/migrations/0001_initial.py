@@ -14,7 +14,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='Effect',
             fields=[
-                ('id', models.AutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('procedure_id', models.UUIDField(db_index=True)),
                 ('step', models.CharField(max_length=50)),
                 ('attempt', models.PositiveIntegerField(default=1)),
