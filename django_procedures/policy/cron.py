@@ -251,7 +251,7 @@ class CronExpression:
         while t.year <= last_year:
             if t.month not in self.months:
                 month = _after(self.months, t.month)
-                t = datetime(t.year, month, 1) if month else datetime(t.year + 1, self.months[0], 1)
+                t = datetime(t.year, month, 1) if month is not None else datetime(t.year + 1, self.months[0], 1)
             elif not self._day_matches(t.date()):
                 t = datetime(t.year, t.month, t.day) + timedelta(days=1)
             elif t.hour not in self.hours:

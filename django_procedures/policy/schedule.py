@@ -38,11 +38,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-__all__ = [
-    "MAX_TICKS_PER_PASS", "Cadence", "Every", "FinishDecision", "Missed", "Mode",
-    "ScheduleConfigError", "ScheduleSettings", "TickDecision", "decide_tick", "decide_trigger",
-    "every", "fixed_delay_next_tick", "on_run_finished",
-]
+__all__ = ["MAX_TICKS_PER_PASS", "Cadence", "Every", "FinishDecision", "Missed", "Mode",
+           "ScheduleConfigError", "ScheduleSettings", "TickDecision", "decide_tick",
+           "decide_trigger", "every", "fixed_delay_next_tick", "on_run_finished"]
 
 MAX_TICKS_PER_PASS = 10_000
 """Most ticks a general cadence is walked through in one pass (and the most ``max_pending``)."""
@@ -51,16 +49,19 @@ Cadence = Callable[[datetime], datetime]
 """``next_tick(after)``: the first tick strictly after ``after`` (monotone in ``after``)."""
 
 _ZERO = timedelta(0)
-_RESOLUTION = timedelta(microseconds=1)
 
 
 class Mode(StrEnum):
+    """How ticks are produced and how many runs may overlap (see the module docstring)."""
+
     FIXED_DELAY = "fixed_delay"
     FIXED_RATE = "fixed_rate"
     FIXED_RATE_OVERLAP = "fixed_rate_overlap"
 
 
 class Missed(StrEnum):
+    """What happens to a due tick that cannot start now (rate modes only)."""
+
     SKIP = "skip"
     COALESCE_LATEST = "coalesce_latest"
     CATCH_UP = "catch_up"
@@ -226,7 +227,7 @@ def _due_ticks(first: datetime, now: datetime, cadence: Cadence, wanted: int) ->
     if tick > now:
         return _Due(len(walked), tuple(walked[:wanted]), walked[-1], tick)
     lo, hi = walked[-1], now  # invariant: cadence(lo) <= now < cadence(hi)
-    while hi - lo > _RESOLUTION:
+    while hi - lo > timedelta(microseconds=1):
         mid = lo + (hi - lo) / 2
         lo, hi = (mid, hi) if _step(cadence, mid) <= now else (lo, mid)
     latest = _step(cadence, lo)
@@ -240,9 +241,10 @@ def _overlaps(active: int, started: int) -> int:
     return started if active > 0 else max(0, started - 1)
 
 
-def _check(active: int) -> None:
+def _checked(settings: ScheduleSettings, name: str, active: int) -> None:
+    settings.validate()
     if active < 0:
-        raise ValueError(f"active counts runs holding a slot and cannot be negative; got {active}")
+        raise ValueError(f"{name} counts runs holding a slot and cannot be negative; got {active}")
 
 
 def _apply(s: ScheduleSettings, active: int, pending: tuple[datetime, ...], due: _Due,
@@ -270,8 +272,7 @@ def decide_tick(settings: ScheduleSettings, *, now: datetime, next_tick_at: date
     unused by ``fixed_delay``). Nothing due: a no-op decision. A second pass at the same ``now``
     after applying a decision is a no-op too.
     """
-    settings.validate()
-    _check(active)
+    _checked(settings, "active", active)
     pending = tuple(pending)
     if next_tick_at is None or next_tick_at > now:
         return TickDecision(pending=pending, next_tick_at=next_tick_at)
@@ -297,8 +298,7 @@ def decide_trigger(settings: ScheduleSettings, *, now: datetime, next_tick_at: d
     schedule with its run active counts it as a skip. A pending tick at exactly ``now`` is the
     same tick: it merges with the trigger and counts as a skip.
     """
-    settings.validate()
-    _check(active)
+    _checked(settings, "active", active)
     pending = tuple(pending)
     rest = tuple(t for t in pending if t != now)
     decision = _apply(settings, active, rest, _Due(1, (now,), now, next_tick_at), _ZERO)
@@ -314,8 +314,7 @@ def on_run_finished(settings: ScheduleSettings, *, active_after: int,
     nothing and keeps its pending ticks. A ``fixed_delay`` schedule has none: the caller sets its
     ``next_tick_at`` to :func:`fixed_delay_next_tick` instead.
     """
-    settings.validate()
-    _check(active_after)
+    _checked(settings, "active_after", active_after)
     pending = tuple(pending)
     free = max(0, settings.max_concurrency - active_after) if enabled else 0
     start = pending[:free]

@@ -140,7 +140,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         try:
             activity.check()
             body = procedure.execute if cls.uses_execute() else getattr(procedure, spec.name)
-            result = body(ctx)
+            status = _normalise(body(ctx), cls)
             elapsed = time.monotonic() - t0
             if spec.timeout is not None and elapsed > spec.timeout:
                 raise TimeoutError(f"step {spec.name} ran {elapsed:.1f}s, past its timeout of {spec.timeout}s")
@@ -154,7 +154,6 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             running.in_step = False
         record = fence.StepRecord(index, spec.name, attempt, started, clock.now())
         records.append(record)
-        status = _normalise(result, cls)
         if status.kind == "suspended":
             error = NonRetryable("Status.suspended (sub-procedures) is not supported by this version yet",
                                  manual_retry=False)

@@ -88,6 +88,10 @@ class Waker:
             for note in self._conn.notifies(timeout=0):
                 if self.queues is None or note.payload in self.queues:
                     ours = True
+            if not ours:
+                # Readable but nothing for us: a notification for other queues, or the server closing
+                # the connection, which libpq only reports once the connection is used.
+                self._conn.execute("SELECT 1")
             return ours
         except Exception as error:
             self._lost(error)

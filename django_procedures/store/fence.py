@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -44,6 +45,20 @@ def fenced_update(claim: Claim, **fields: Any) -> None:
         raise LeaseLost(f"procedure {claim.id} is no longer held by lease token {claim.lease_token}")
 
 
+@contextmanager
+def _transaction() -> Iterator[None]:
+    """Join the caller's transaction (an atomic step's, or a test's) or open one.
+
+    Joining without a savepoint is safe because a ``LeaseLost`` raised here
+    comes from an UPDATE that matched nothing: the transaction is still usable.
+    """
+    if transaction.get_connection().in_atomic_block:
+        yield
+    else:
+        with transaction.atomic():
+            yield
+
+
 def close_lease(procedure_id: Any, token: int, outcome: LeaseOutcome) -> None:
     Lease.objects.filter(procedure_id=procedure_id, token=token, released_at__isnull=True).update(
         released_at=db_now(), outcome=outcome
@@ -73,7 +88,7 @@ def checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any
     transaction, so the step's writes and its checkpoint commit together.
     """
     now = clock.now()
-    with transaction.atomic(savepoint=False):
+    with _transaction():
         fenced_update(claim, state=state, step=records[-1].index + 1, step_name=next_step, step_started_at=now,
                       attempt=1, failures=0, lost=0, in_unsafe_step=False)
         Step.objects.bulk_create(_done_rows(claim, records, state))
@@ -86,7 +101,7 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
     """Commit the last steps and finish the procedure ``done`` with ``output``."""
     now = clock.now()
     step = records[-1].index + 1 if records else claim.step
-    with transaction.atomic(savepoint=False):
+    with _transaction():
         fenced_update(claim, status=RunStatus.DONE, state=state, step=step, step_name="", output=output,
                       finished_at=now, error="", traceback="", **_LEASE_CLEARED)
         if records:
@@ -109,7 +124,7 @@ def fail_attempt(claim: Claim, record: StepRecord, error: str, traceback: str,
     error = _truncate(error, conf.MAX_ERROR_LENGTH)
     traceback = _truncate(traceback, conf.MAX_TRACEBACK_LENGTH, keep_tail=True)
     now = clock.now()
-    with transaction.atomic():
+    with _transaction():
         if isinstance(decision, RetryDecision):
             fenced_update(claim, status=RunStatus.RETRYING, run_at=decision.run_at, failures=decision.failures,
                           attempt=claim.attempt + 1, error=error, traceback=traceback, **_LEASE_CLEARED)
@@ -128,7 +143,7 @@ def fail_attempt(claim: Claim, record: StepRecord, error: str, traceback: str,
 
 def fail_without_attempt(claim: Claim, error: str, *, can_retry: bool = True) -> None:
     """Fail the procedure before running anything (poisonous, removed step, interrupted unsafe step)."""
-    with transaction.atomic():
+    with _transaction():
         fenced_update(claim, status=RunStatus.FAILED, error=_truncate(error, conf.MAX_ERROR_LENGTH), traceback="",
                       failed_step=claim.step_name, failure_can_retry=can_retry, finished_at=clock.now(),
                       **_LEASE_CLEARED)
@@ -138,7 +153,7 @@ def fail_without_attempt(claim: Claim, error: str, *, can_retry: bool = True) ->
 
 def release(claim: Claim) -> None:
     """Give the procedure back as ``ready`` without counting an attempt; any late write is fenced out."""
-    with transaction.atomic():
+    with _transaction():
         fenced_update(claim, status=RunStatus.READY, lease_token=F("lease_token") + 1, **_LEASE_CLEARED)
         close_lease(claim.id, claim.lease_token, LeaseOutcome.RELEASED)
         notify([claim.queue])
@@ -147,5 +162,5 @@ def release(claim: Claim) -> None:
 
 def enter_unsafe_step(claim: Claim) -> None:
     """Mark that a non-idempotent step starts now, so a lost worker parks the procedure instead of re-running it."""
-    with transaction.atomic():
+    with _transaction():
         fenced_update(claim, in_unsafe_step=True, step_started_at=clock.now())

@@ -1,0 +1,69 @@
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from django_procedures.policy.retry import FailDecision, RetryDecision, RetryPolicy, decide_failure, is_poisonous
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("policy", "attempt", "expected"),
+    [
+        (RetryPolicy(initial_delay=1, backoff=2, max_delay=300, jitter=0), 1, 1),
+        (RetryPolicy(initial_delay=1, backoff=2, max_delay=300, jitter=0), 2, 2),
+        (RetryPolicy(initial_delay=1, backoff=2, max_delay=300, jitter=0), 5, 16),
+        (RetryPolicy(initial_delay=1, backoff=2, max_delay=10, jitter=0), 8, 10),
+        (RetryPolicy(initial_delay=3, backoff=1, jitter=0), 7, 3),
+        (RetryPolicy(initial_delay=0, jitter=0.5), 3, 0),
+    ],
+)
+def test_delay_is_capped_exponential(policy, attempt, expected):
+    assert policy.delay(attempt) == expected
+
+
+def test_jitter_stays_within_its_fraction():
+    policy = RetryPolicy(initial_delay=10, backoff=1, jitter=0.1)
+    rng = random.Random(7)
+    delays = [policy.delay(1, rng) for _ in range(500)]
+    assert min(delays) >= 9 and max(delays) <= 11
+    assert max(delays) - min(delays) > 1  # it does spread
+
+
+@pytest.mark.parametrize(
+    ("failures_before", "max_attempts", "expected"),
+    [(0, 3, RetryDecision), (1, 3, RetryDecision), (2, 3, FailDecision), (0, 1, FailDecision)],
+)
+def test_budget_counts_failed_attempts(failures_before, max_attempts, expected):
+    policy = RetryPolicy(max_attempts=max_attempts, initial_delay=1, backoff=2, jitter=0)
+    decision = decide_failure(policy, failures_before=failures_before, now=NOW, retryable=True)
+    assert isinstance(decision, expected)
+    if isinstance(decision, RetryDecision):
+        assert decision.failures == failures_before + 1
+        assert decision.run_at == NOW + timedelta(seconds=2**failures_before)
+
+
+def test_not_retryable_fails_at_once_and_keeps_manual_retry_flag():
+    decision = decide_failure(RetryPolicy(), failures_before=0, now=NOW, retryable=False, manual_retry=False)
+    assert decision == FailDecision("not retryable", manual_retry=False)
+
+
+def test_poisonous_after_max_lost():
+    policy = RetryPolicy(max_lost=3)
+    assert [is_poisonous(policy, n) for n in range(5)] == [False, False, False, True, True]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_attempts": 0}, "max_attempts must be at least 1"),
+        ({"max_lost": 0}, "max_lost must be at least 1"),
+        ({"backoff": 0.5}, "backoff must be at least 1"),
+        ({"jitter": 2}, "jitter is a fraction"),
+        ({"initial_delay": -1}, "must not be negative"),
+    ],
+)
+def test_bad_policies_say_what_to_change(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        RetryPolicy(**kwargs)

@@ -1,0 +1,69 @@
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import override_settings
+
+from django_procedures.checks import check_settings
+from django_procedures.conf import conf
+
+
+def ids(errors):
+    return [e.id for e in errors]
+
+
+def test_defaults_pass():
+    assert [e for e in check_settings() if e.level >= 40] == []
+
+
+@override_settings(PROCEDURES={"LEASE_SECONDS": 30, "RENEWAL_TIMEOUT_SECONDS": 30})
+def test_renewal_timeout_must_be_shorter_than_the_lease():
+    (error,) = check_settings()
+    assert error.id == "django_procedures.E004"
+    assert "must be shorter than the lease (30s)" in error.msg
+
+
+@override_settings(PROCEDURES={"LEASE_SECONDS": 30, "RENEWAL_TIMEOUT_SECONDS": 5})
+def test_renewal_timeout_must_outlast_a_heartbeat_interval():
+    assert ids(check_settings()) == ["django_procedures.E004"]
+
+
+@override_settings(PROCEDURES={"LEASE_SECOND": 10})
+def test_unknown_keys_are_typos():
+    (error,) = check_settings()
+    assert error.id == "django_procedures.E002" and error.hint == "Did you mean 'LEASE_SECONDS'?"
+
+
+@override_settings(PROCEDURES={"POLL_SECONDS": 0})
+def test_durations_must_be_positive():
+    assert ids(check_settings()) == ["django_procedures.E003"]
+
+
+@override_settings(PROCEDURES={"IDLE_IN_TRANSACTION_TIMEOUT_SECONDS": 10})
+def test_idle_transaction_timeout_must_outlast_the_lease():
+    assert ids(check_settings()) == ["django_procedures.E005"]
+
+
+@override_settings(PROCEDURES=["LEASE_SECONDS"])
+def test_procedures_must_be_a_dict():
+    assert ids(check_settings()) == ["django_procedures.E001"]
+
+
+def test_settings_are_read_lazily():
+    assert conf.LEASE_SECONDS == 30.0
+    with override_settings(PROCEDURES={"LEASE_SECONDS": 12}):
+        assert conf.LEASE_SECONDS == 12
+        assert conf.renewal_timeout == 8
+        assert conf.idle_in_transaction_timeout == 24
+    assert conf.LEASE_SECONDS == 30.0
+
+
+def test_sqlite_refuses_concurrency(settings):
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite only")
+    settings.PROCEDURES = {"CONCURRENCY": 4}
+    assert "django_procedures.E008" in ids(check_settings())
+    settings.PROCEDURES = {}
+    with pytest.raises(CommandError, match="not possible on SQLite"):
+        call_command("procedures_worker", "--concurrency", "2", "--burst")

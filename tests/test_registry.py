@@ -1,0 +1,84 @@
+import pytest
+
+from django_procedures import Procedure, Status, registry, step
+from django_procedures.exceptions import ProceduresConfigError, UnknownProcedureType
+
+
+def test_type_name_defaults_to_module_and_qualname():
+    class Plain(Procedure):
+        @step
+        def only(self, ctx):
+            pass
+
+    assert Plain.type_name == "tests.test_registry.test_type_name_defaults_to_module_and_qualname.<locals>.Plain"
+    assert registry.get(Plain.type_name) is Plain
+
+
+def test_two_classes_with_one_type_name_is_an_error():
+    class First(Procedure):
+        type_name = "tests.duplicate"
+
+        @step
+        def a(self, ctx):
+            pass
+
+    with pytest.raises(ProceduresConfigError, match=r"two procedure classes share the type name 'tests\.duplicate'"):
+        class Second(Procedure):
+            type_name = "tests.duplicate"
+
+            @step
+            def a(self, ctx):
+                pass
+
+
+def test_a_class_without_steps_must_say_it_is_abstract():
+    with pytest.raises(ProceduresConfigError, match="set abstract = True"):
+        class Empty(Procedure):
+            pass
+
+    class Base(Procedure):
+        abstract = True
+
+    class Concrete(Base):
+        @step
+        def go(self, ctx):
+            pass
+
+    assert registry.get(Concrete.type_name) is Concrete
+    assert Base.type_name not in registry.type_names()
+
+
+def test_steps_keep_class_order_and_inherit():
+    class Parent(Procedure):
+        abstract = True
+
+        @step
+        def b_first(self, ctx):
+            pass
+
+        @step
+        def a_second(self, ctx):
+            pass
+
+    class Child(Parent):
+        @step
+        def c_third(self, ctx):
+            return Status.done()
+
+    assert [s.name for s in Child.steps] == ["b_first", "a_second", "c_third"]
+
+
+def test_unknown_type_names_say_where_to_define_them():
+    with pytest.raises(UnknownProcedureType, match="no procedure class is registered as 'nope'"):
+        registry.get("nope")
+
+
+def test_non_idempotent_steps_cannot_be_atomic():
+    with pytest.raises(TypeError, match="cannot be atomic"):
+        step(idempotent=False, atomic=True)
+    spec = step(idempotent=False)(lambda self, ctx: None)._procedure_step
+    assert (spec.atomic, spec.idempotent) == (False, False)
+
+
+def test_autodiscovery_found_the_test_apps_procedures():
+    assert "testapp.ThreeSteps" in registry.type_names()
