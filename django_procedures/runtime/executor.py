@@ -7,6 +7,7 @@ import logging
 import time
 import traceback as tb
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -41,6 +42,11 @@ class RunningClaim:
     activity: Activity = field(default_factory=Activity)
     current: StepSpec | None = None
     in_step: bool = False
+    step_index: int = 0
+    step_attempt: int = 1
+    step_started_at: datetime | None = None
+    #: ``time.monotonic()`` after which the step in flight has run past its timeout.
+    deadline: float | None = None
 
 
 class _StepFailed(Exception):
@@ -136,7 +142,10 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         ctx = Context(procedure_id=claim.id, type_name=claim.type_name, attempt=attempt, step_index=index,
                       step_name=spec.name, lease_token=claim.lease_token, activity=activity)
         started, t0 = clock.now(), time.monotonic()
-        running.current, running.in_step = spec, True
+        running.current, running.step_index, running.step_attempt = spec, index, attempt
+        running.step_started_at = started
+        running.deadline = None if spec.timeout is None else t0 + spec.timeout
+        running.in_step = True
         try:
             activity.check()
             body = procedure.execute if cls.uses_execute() else getattr(procedure, spec.name)
@@ -151,7 +160,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             record = fence.StepRecord(index, spec.name, attempt, started, clock.now())
             raise _StepFailed(record, error, tb.format_exc()) from error
         finally:
-            running.in_step = False
+            running.in_step, running.deadline = False, None
         record = fence.StepRecord(index, spec.name, attempt, started, clock.now())
         records.append(record)
         if status.kind == "suspended":
@@ -199,6 +208,27 @@ def _record_failure(cls: type[Procedure], claim: Claim, failed: _StepFailed) -> 
     log("procedure %s step %s attempt %s failed (%s): %s", claim.id, failed.record.name, failed.record.attempt,
         outcome.value, _error_text(error), extra=_extra(claim))
     return outcome
+
+
+def fail_overdue(running: RunningClaim) -> bool:
+    """Fail the attempt of a step still running past its timeout; its late result is fenced out.
+
+    Called from the heartbeat thread. The step's thread stays busy until the
+    step returns, but its ``ensure_active()`` raises and nothing it writes can
+    commit. Returns False if the step ended (or the lease moved) meanwhile.
+    """
+    spec, started = running.current, running.step_started_at
+    if not running.in_step or spec is None or started is None:
+        return False
+    claim = running.claim
+    running.activity.lose(f"step {spec.name} ran past its timeout of {spec.timeout}s")
+    record = fence.StepRecord(running.step_index, spec.name, running.step_attempt, started, clock.now())
+    error = TimeoutError(f"step {spec.name} ran past its timeout of {spec.timeout}s and was abandoned")
+    try:
+        _record_failure(registry.get(claim.type_name), claim, _StepFailed(record, error, ""))
+    except LeaseLost:
+        return False
+    return True
 
 
 def _interrupted(claim: Claim, running: RunningClaim) -> Outcome:

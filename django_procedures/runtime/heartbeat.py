@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 
 from django.db import connection
 
-from django_procedures.runtime.executor import RunningClaim
+from django_procedures.runtime.executor import RunningClaim, fail_overdue
 from django_procedures.store.leases import renew
 
 logger = logging.getLogger("django_procedures.worker")
@@ -63,6 +63,9 @@ class Heartbeat(threading.Thread):
         for r in claims:
             if r.claim.id not in held:
                 r.activity.lose(f"lease token {r.claim.lease_token} was taken over or cancelled")
+            elif r.deadline is not None and time.monotonic() > r.deadline and fail_overdue(r):
+                logger.warning("procedure %s: step %s ran past its timeout; attempt failed, result fenced out",
+                               r.claim.id, r.current.name if r.current else "?")
 
     def stop(self) -> None:
         self.stop_event.set()

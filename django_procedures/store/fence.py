@@ -36,11 +36,16 @@ class StepRecord:
     finished_at: datetime
 
 
-def fenced_update(claim: Claim, **fields: Any) -> None:
-    """Update the claimed row only while this claim still holds it; the one place that raises ``LeaseLost``."""
-    updated = ProcedureRun.objects.filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED).update(
-        **fields
-    )
+def fenced_update(claim: Claim, *, at_step: int | None = None, **fields: Any) -> None:
+    """Update the claimed row only while this claim still holds it; the one place that raises ``LeaseLost``.
+
+    ``at_step`` also requires the committed step count to be unchanged (a
+    failure decided by another thread must not land after a checkpoint).
+    """
+    rows = ProcedureRun.objects.filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED)
+    if at_step is not None:
+        rows = rows.filter(step=at_step)
+    updated = rows.update(**fields)
     if not updated:
         raise LeaseLost(f"procedure {claim.id} is no longer held by lease token {claim.lease_token}")
 
@@ -126,11 +131,12 @@ def fail_attempt(claim: Claim, record: StepRecord, error: str, traceback: str,
     now = clock.now()
     with _transaction():
         if isinstance(decision, RetryDecision):
-            fenced_update(claim, status=RunStatus.RETRYING, run_at=decision.run_at, failures=decision.failures,
-                          attempt=claim.attempt + 1, error=error, traceback=traceback, **_LEASE_CLEARED)
+            fenced_update(claim, at_step=claim.step, status=RunStatus.RETRYING, run_at=decision.run_at,
+                          failures=decision.failures, attempt=claim.attempt + 1, error=error, traceback=traceback,
+                          **_LEASE_CLEARED)
         else:
-            fenced_update(claim, status=RunStatus.FAILED, failures=claim.failures + 1, attempt=claim.attempt + 1,
-                          error=error, traceback=traceback, failed_step=record.name,
+            fenced_update(claim, at_step=claim.step, status=RunStatus.FAILED, failures=claim.failures + 1,
+                          attempt=claim.attempt + 1, error=error, traceback=traceback, failed_step=record.name,
                           failure_can_retry=decision.manual_retry, finished_at=now, **_LEASE_CLEARED)
         Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
                             status=StepStatus.FAILED, lease_token=claim.lease_token, started_at=record.started_at,
