@@ -10,6 +10,7 @@ from django.core.checks import Error, Tags, Warning, register
 from django.db import connections
 
 from django_procedures.conf import DEFAULTS, conf
+from django_procedures.policy.durations import parse_duration
 
 
 @register(Tags.compatibility)
@@ -58,6 +59,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         if not isinstance(getattr(conf, name), int) or getattr(conf, name) < 100:
             errors.append(Error(f"PROCEDURES[{name!r}] must be an integer of at least 100",
                                 id="django_procedures.E007"))
+    try:
+        parse_duration(conf.RETENTION)
+    except ValueError as error:
+        errors.append(Error(f"PROCEDURES['RETENTION']: {error}", id="django_procedures.E009"))
     errors.extend(_check_sqlite(concurrency))
     return errors
 

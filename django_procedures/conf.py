@@ -36,6 +36,8 @@ DEFAULTS: dict[str, Any] = {
     "STATS_SECONDS": 60.0,
     # Queue of procedures that name none.
     "DEFAULT_QUEUE": "default",
+    # Default age for procedures_prune --older-than: a duration like "7d", seconds, or a timedelta.
+    "RETENTION": "7d",
     # Longest stored error text and traceback, in characters.
     "MAX_ERROR_LENGTH": 2000,
     "MAX_TRACEBACK_LENGTH": 20000,

@@ -96,6 +96,8 @@ class ProcedureRun(models.Model):
             models.Index(fields=["run_at"], condition=Q(status__in=CLAIMABLE), name="procedures_due_idx"),
             # The recovery sweep: leases that expired.
             models.Index(fields=["lease_expires_at"], condition=Q(status__in=LEASED), name="procedures_lease_idx"),
+            # Retention: finished roots oldest first.
+            models.Index(fields=["finished_at"], condition=Q(root__isnull=True), name="procedures_prune_idx"),
         ]
 
     def __str__(self) -> str:

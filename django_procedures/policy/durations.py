@@ -1,0 +1,30 @@
+"""Parsing durations written by people: ``7d``, ``12h``, ``90m``, ``30s``, ``2w``."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+
+def parse_duration(text: str | int | float | timedelta) -> timedelta:
+    """``"7d"``, ``"1d12h"``, a number of seconds, or a ``timedelta``; ``ValueError`` otherwise."""
+    if isinstance(text, timedelta):
+        value = text
+    elif isinstance(text, int | float) and not isinstance(text, bool):
+        value = timedelta(seconds=text)
+    elif isinstance(text, str) and text.strip():
+        compact = text.strip().lower().replace(" ", "")
+        parts = _PART.findall(compact)
+        if not parts or "".join(n + u for n, u in parts) != compact:
+            raise ValueError(
+                f"cannot read {text!r} as a duration; write a number with a unit, like 7d, 12h, 30m or 1d12h"
+            )
+        value = sum((timedelta(**{_UNITS[u]: float(n)}) for n, u in parts), timedelta())
+    else:
+        raise ValueError(f"cannot read {text!r} as a duration; write a number with a unit, like 7d or 12h")
+    if value <= timedelta(0):
+        raise ValueError(f"a duration must be positive; got {text!r}")
+    return value

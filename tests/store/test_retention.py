@@ -1,0 +1,86 @@
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.testing import drain
+from testproject.testapp.procedures import Refuses, ThreeSteps
+
+pytestmark = pytest.mark.django_db
+NOW = datetime(2030, 6, 1, tzinfo=UTC)
+
+
+def finished(days_ago, status="done", parent=None):
+    at = NOW - timedelta(days=days_ago)
+    return ProcedureRun.objects.create(type_name="x", status=status, run_at=at, finished_at=at, parent=parent,
+                                       root=(parent.root or parent) if parent else None)
+
+
+def prune(*args):
+    out = StringIO()
+    from django_procedures import clock
+
+    with clock.frozen_at(NOW):
+        call_command("procedures_prune", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_prunes_whole_old_trees_with_their_steps_and_leases():
+    handle = ThreeSteps.submit(run_after=NOW - timedelta(days=10))
+    drain(now=NOW - timedelta(days=10))
+    assert Step.objects.count() == 3 and Lease.objects.count() == 1
+    old_root = finished(9)
+    finished(9, parent=finished(9, parent=old_root))  # grandchild
+    recent = finished(1)
+    output = prune("--older-than", "7d")
+    assert "pruned 2 trees" in output
+    assert list(ProcedureRun.objects.values_list("id", flat=True)) == [recent.id]
+    assert not Step.objects.exists() and not Lease.objects.exists()
+    assert not ProcedureRun.objects.filter(id=handle.id).exists()
+
+
+def test_never_prunes_a_tree_with_an_unfinished_member():
+    root = finished(30, status="failed")
+    ProcedureRun.objects.create(type_name="x", status="running", run_at=NOW, parent=root, root=root)
+    assert "pruned 0 trees" in prune("--older-than", "7d")
+    assert ProcedureRun.objects.count() == 2
+
+
+def test_status_filter_and_dry_run():
+    finished(30, status="done")
+    failed = finished(30, status="failed")
+    assert "would delete 1 trees" in prune("--older-than", "7d", "--status", "done", "--dry-run")
+    assert ProcedureRun.objects.count() == 2
+    prune("--older-than", "7d", "--status", "done")
+    assert list(ProcedureRun.objects.values_list("id", flat=True)) == [failed.id]
+
+
+def test_batches_print_progress():
+    for _ in range(5):
+        finished(30)
+    output = prune("--older-than", "7d", "--batch-size", "2")
+    assert output.count("deleted") == 3 and "pruned 5 trees" in output
+
+
+def test_retention_setting_is_the_default_age(settings):
+    finished(3)
+    settings.PROCEDURES = {"RETENTION": "2d"}
+    assert "pruned 1 trees" in prune()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--older-than", "soon"], "cannot read 'soon' as a duration"),
+    (["--status", "running"], "accepts only final statuses"),
+])
+def test_bad_arguments_say_what_to_change(args, message):
+    with pytest.raises(CommandError, match=message):
+        prune(*args)
+
+
+def test_unfinished_procedures_are_never_touched():
+    Refuses.submit()  # ready
+    prune("--older-than", "1s")
+    assert ProcedureRun.objects.count() == 1
