@@ -20,6 +20,10 @@ class NonRetryable(ProceduresError):
         self.manual_retry = manual_retry
 
 
+class ChildFailed(ProceduresError):
+    """Raised by the default ``on_child_failed``: a child failed, so its parent fails too."""
+
+
 class LeaseLost(ProceduresError):
     """A fenced write matched no row: another worker owns the procedure now."""
 

@@ -67,6 +67,13 @@ class ProcedureHandle:
             time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
             delay = min(delay * 1.5, 1.0)
 
+    def cancel(self, *, by: str = "") -> Any:
+        """Cancel this procedure and its unfinished subtree; returns a ``CancelResult`` saying what changed."""
+        from django_procedures.store import operations
+
+        self._row = None
+        return operations.cancel(self.id, by=by)
+
     def retry(self, *, by: str = "") -> None:
         """Retry a failed procedure from its last checkpoint (see ``store.operations.retry``)."""
         from django_procedures.store import operations

@@ -7,11 +7,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
+from django_procedures.exceptions import ChildFailed
 from django_procedures.policy.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from django_procedures.handle import ProcedureHandle
     from django_procedures.runtime.context import Context
+    from django_procedures.store.tree import ChildResult
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,8 @@ class Procedure:
     queue: ClassVar[str | None] = None
     priority: ClassVar[int] = 0
     redact: ClassVar[tuple[str, ...]] = ()
+    #: Run ``rollback`` inside one database transaction (its database effects take place exactly once).
+    rollback_atomic: ClassVar[bool] = True
     abstract: ClassVar[bool] = True
     steps: ClassVar[tuple[StepSpec, ...]] = ()
 
@@ -160,8 +164,28 @@ class Procedure:
         return cls.execute is not Procedure.execute
 
     def lock_keys(self) -> list[LockKey]:
-        """Keys this procedure holds while it is unfinished (none by default)."""
+        """Keys this procedure holds from its first claim until it is final (none by default).
+
+        Called once, at submit, with the submitted state.
+        """
         return []
+
+    def on_child_failed(self, ctx: Context, child: ChildResult) -> None:
+        """Called under this procedure's lease once per child that failed, rolled back or was cancelled.
+
+        The default raises, failing this procedure: its unfinished descendants
+        are cancelled and its rollback runs. Return instead to keep waiting for
+        the remaining children.
+        """
+        raise ChildFailed(f"child {child.type_name} {child.id} ended {child.status}: {child.error}")
+
+    def rollback(self, ctx: Context) -> None:
+        """Override to undo the procedure's effects after a permanent failure (runs under a lease,
+        retried with ``retry``); the procedure then ends ``rolled_back``."""
+
+    @classmethod
+    def has_rollback(cls) -> bool:
+        return cls.rollback is not Procedure.rollback
 
     # -- submitting --------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from django_procedures import clock, registry
 from django_procedures.conf import conf
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute
 from django_procedures.store import claim as claims
-from django_procedures.store.leases import sweep_expired
+from django_procedures.store.maintenance import maintain
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def drain(queues: Sequence[str] | None = None, now: datetime | None = None) -> D
     claimed = 0
     with clock.frozen_at(now):
         types = registry.type_names()
-        sweep_expired()
+        maintain()
         while True:
             batch = claims.claim(worker, type_names=types, queues=queues, limit=1,
                                  lease_seconds=conf.LEASE_SECONDS)

@@ -58,6 +58,23 @@ class ProcedureRun(models.Model):
 
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
     root = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="descendants")
+    depth = models.PositiveIntegerField(default=0)
+    # A parent: how many children of its last suspension are unfinished, and how many suspensions so far.
+    pending_children = models.PositiveIntegerField(default=0)
+    suspension = models.PositiveIntegerField(default=0)
+    # A child: the parent's suspension that spawned it, and whether the parent handled its failure.
+    spawned_in = models.PositiveIntegerField(default=0)
+    position = models.PositiveIntegerField(default=0)  # among the children of that suspension, in given order
+    failure_handled = models.BooleanField(default=False)
+
+    # Lock keys as [[name, mode], ...], computed by lock_keys() at submit; held from the first claim on.
+    lock_keys = models.JSONField(default=list, blank=True)
+    keys_held = models.BooleanField(default=False)
+    waiting_for_keys = models.BooleanField(default=False)
+
+    # Set when a permanent failure started the rollback; the rollback's own error, if it failed too.
+    in_rollback = models.BooleanField(default=False)
+    rollback_error = models.TextField(blank=True)
     queue = models.CharField(max_length=100, default="default")
     priority = models.IntegerField(default=0)
     # NULL, not "", for "no key": the partial unique constraint covers only real keys.

@@ -9,17 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_procedures.exceptions import NotActive, ShuttingDown
-
-
-@dataclass(frozen=True)
-class ChildResult:
-    """A finished child of the last suspension."""
-
-    id: uuid.UUID
-    type_name: str
-    status: str
-    output: Any
-    error: str
+from django_procedures.store.tree import ChildResult
 
 
 class Activity:

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import copy
-import logging
 import time
 import traceback as tb
-from dataclasses import dataclass, field
-from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from django.db import DatabaseError, transaction
@@ -18,35 +14,13 @@ from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
 from django_procedures.policy.retry import RetryDecision, decide_failure, is_poisonous
 from django_procedures.policy.state import find_problem
 from django_procedures.procedure import Procedure, Status, StepSpec
-from django_procedures.runtime.context import Activity, Context
+from django_procedures.runtime import hooks
+from django_procedures.runtime.context import Context
+from django_procedures.runtime.running import Outcome, RunningClaim, error_text, interrupted, log_extra, logger
 from django_procedures.store import fence
-from django_procedures.store.claim import Claim
 from django_procedures.store.db import is_conflict
 
-logger = logging.getLogger("django_procedures.worker")
-
-
-class Outcome(StrEnum):
-    COMPLETED = "completed"
-    RETRIED = "retried"
-    FAILED = "failed"
-    RELEASED = "released"
-    LOST = "lost"
-
-
-@dataclass
-class RunningClaim:
-    """A claim being executed: its activity flags and the step in flight (read by shutdown)."""
-
-    claim: Claim
-    activity: Activity = field(default_factory=Activity)
-    current: StepSpec | None = None
-    in_step: bool = False
-    step_index: int = 0
-    step_attempt: int = 1
-    step_started_at: datetime | None = None
-    #: ``time.monotonic()`` after which the step in flight has run past its timeout.
-    deadline: float | None = None
+__all__ = ["Outcome", "RunningClaim", "execute", "fail_overdue"]
 
 
 class _StepFailed(Exception):
@@ -71,30 +45,32 @@ def _next_step(cls: type[Procedure], spec: StepSpec) -> StepSpec | None:
     return cls.steps[position] if position < len(names) else None
 
 
-def _extra(claim: Claim) -> dict[str, Any]:
-    return {"procedure_id": str(claim.id), "type_name": claim.type_name, "lease_token": claim.lease_token,
-            "attempt": claim.attempt}
-
-
 def execute(running: RunningClaim) -> Outcome:
-    """Run ``running.claim`` until it finishes, fails an attempt, is released, or its lease is lost."""
+    """Run ``running.claim`` until it finishes, waits, fails an attempt, is released, or loses its lease."""
     claim = running.claim
     cls = registry.get(claim.type_name)
+    procedure = cls.__new__(cls)
+    Procedure.__init__(procedure, copy.deepcopy(claim.state))
     try:
         if is_poisonous(cls.retry, claim.lost):
-            fence.fail_without_attempt(
-                claim, f"worker lost {claim.lost} times during step {claim.step_name}; giving up as poisonous "
-                f"(RetryPolicy.max_lost={cls.retry.max_lost})")
-            return Outcome.FAILED
-        procedure = cls.__new__(cls)
-        Procedure.__init__(procedure, claim.state)
+            return hooks.fail_now(procedure, cls, running, f"worker lost {claim.lost} times during step "
+                                  f"{claim.step_name}; giving up as poisonous (RetryPolicy.max_lost="
+                                  f"{cls.retry.max_lost})")
+        if claim.in_rollback:
+            return hooks.run_rollback(procedure, cls, running)
+        if claim.suspension:
+            outcome = hooks.handle_children(procedure, cls, running)
+            if outcome is not None:
+                return outcome
+        if claim.step_name == "":  # resumed after a suspension in the last step
+            fence.complete(claim, [], claim.state, None)
+            return Outcome.COMPLETED
         while True:
             spec = find_step(cls, claim.step_name)
             if spec is None:
-                fence.fail_without_attempt(
-                    claim, f"step {claim.step_name!r} no longer exists in {claim.type_name} (removed or renamed by "
-                    f"a deploy); restore it, or retry once a version that has it is deployed")
-                return Outcome.FAILED
+                return hooks.fail_now(procedure, cls, running, f"step {claim.step_name!r} no longer exists in "
+                                      f"{claim.type_name} (removed or renamed by a deploy); restore it, or retry "
+                                      "once a version that has it is deployed")
             if running.activity.stopping.is_set():
                 fence.release(claim)
                 return Outcome.RELEASED
@@ -105,7 +81,7 @@ def execute(running: RunningClaim) -> Outcome:
                 return outcome
     except LeaseLost:
         logger.info("procedure %s: lease token %s was lost; dropping this worker's result", claim.id,
-                    claim.lease_token, extra=_extra(claim))
+                    claim.lease_token, extra=log_extra(claim))
         return Outcome.LOST
 
 
@@ -123,14 +99,15 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
                 fence.enter_unsafe_step(claim)
             return _run_steps(procedure, cls, first, running)
         except _StepFailed as failed:
-            return _record_failure(cls, claim, failed)
+            procedure.state = copy.deepcopy(saved_state)
+            return _record_failure(procedure, cls, running, failed)
         except _Interrupted:
-            return _interrupted(claim, running)
+            return interrupted(running)
         except DatabaseError as error:
             if not (first.atomic and is_conflict(error) and not transaction.get_connection().in_atomic_block):
                 raise
             logger.info("procedure %s: step transaction hit %s; running it again (%d)", claim.id, error,
-                        conflict_try, extra=_extra(claim))
+                        conflict_try, extra=log_extra(claim))
     raise AssertionError("unreachable")  # pragma: no cover - the fifth conflict re-raises above
 
 
@@ -140,7 +117,8 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
     records: list[fence.StepRecord] = []
     while True:
         ctx = Context(procedure_id=claim.id, type_name=claim.type_name, attempt=attempt, step_index=index,
-                      step_name=spec.name, lease_token=claim.lease_token, activity=activity)
+                      step_name=spec.name, lease_token=claim.lease_token, activity=activity,
+                      children=running.children)
         started, t0 = clock.now(), time.monotonic()
         running.current, running.step_index, running.step_attempt = spec, index, attempt
         running.step_started_at = started
@@ -163,24 +141,36 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             running.in_step, running.deadline = False, None
         record = fence.StepRecord(index, spec.name, attempt, started, clock.now())
         records.append(record)
-        if status.kind == "suspended":
-            error = NonRetryable("Status.suspended (sub-procedures) is not supported by this version yet",
-                                 manual_retry=False)
-            raise _StepFailed(record, error, "")
         following = None if status.kind == "done" else _next_step(cls, spec)
         problem = find_problem(procedure.state)
-        if problem is None and following is None:
+        if problem is None and status.kind == "done":
             problem = find_problem(status.output, "output")
         if problem:
             raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
+        if status.kind == "suspended" and status.children:
+            _suspend(procedure, claim, records, following, status, record)
+            return Outcome.SUSPENDED
         if following is None:
             fence.complete(claim, records, procedure.state, status.output)
             return Outcome.COMPLETED
-        if not status.persist and following.idempotent:
+        if status.kind == "executing" and not status.persist and following.idempotent:
             index, attempt, spec = index + 1, 1, following
             continue
         fence.checkpoint(claim, records, procedure.state, following.name)
         return None
+
+
+def _suspend(procedure: Procedure, claim: Any, records: list[fence.StepRecord], following: StepSpec | None,
+             status: Status, record: fence.StepRecord) -> None:
+    bad = [c for c in status.children if not isinstance(c, Procedure) or type(c).abstract]
+    if bad:
+        raise _StepFailed(record, NonRetryable(
+            f"Status.suspended takes instances of concrete Procedure classes, like Child(state={{...}}); "
+            f"got {bad[0]!r}"), "")
+    try:
+        fence.suspend(claim, records, procedure.state, following.name if following else "", status.children)
+    except TypeError as error:  # a child's state or options were refused before anything was written
+        raise _StepFailed(record, NonRetryable(str(error)), "") from error
 
 
 def _normalise(result: Any, cls: type[Procedure]) -> Status:
@@ -192,22 +182,20 @@ def _normalise(result: Any, cls: type[Procedure]) -> Status:
     return result
 
 
-def _error_text(error: BaseException) -> str:
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
-def _record_failure(cls: type[Procedure], claim: Claim, failed: _StepFailed) -> Outcome:
-    error = failed.error
+def _record_failure(procedure: Procedure, cls: type[Procedure], running: RunningClaim,
+                    failed: _StepFailed) -> Outcome:
+    claim, error = running.claim, failed.error
     retryable = not isinstance(error, (NonRetryable, *cls.retry.non_retryable))
+    manual_retry = getattr(error, "manual_retry", True)
     decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=retryable,
-                              manual_retry=getattr(error, "manual_retry", True))
-    fence.fail_attempt(claim, failed.record, _error_text(error), failed.trace, decision)
-    outcome = Outcome.RETRIED if isinstance(decision, RetryDecision) else Outcome.FAILED
-    log = logger.warning if outcome is Outcome.RETRIED else logger.error
-    log("procedure %s step %s attempt %s failed (%s): %s", claim.id, failed.record.name, failed.record.attempt,
-        outcome.value, _error_text(error), extra=_extra(claim))
-    return outcome
+                              manual_retry=manual_retry)
+    if not isinstance(decision, RetryDecision):
+        return hooks.fail_now(procedure, cls, running, error_text(error), failed.trace, record=failed.record,
+                              manual_retry=manual_retry)
+    fence.fail_attempt(claim, failed.record, error_text(error), failed.trace, decision)
+    logger.warning("procedure %s step %s attempt %s failed (retrying): %s", claim.id, failed.record.name,
+                   failed.record.attempt, error_text(error), extra=log_extra(claim))
+    return Outcome.RETRIED
 
 
 def fail_overdue(running: RunningClaim) -> bool:
@@ -224,20 +212,12 @@ def fail_overdue(running: RunningClaim) -> bool:
     running.activity.lose(f"step {spec.name} ran past its timeout of {spec.timeout}s")
     record = fence.StepRecord(running.step_index, spec.name, running.step_attempt, started, clock.now())
     error = TimeoutError(f"step {spec.name} ran past its timeout of {spec.timeout}s and was abandoned")
+    cls = registry.get(claim.type_name)
+    decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=True)
     try:
-        _record_failure(registry.get(claim.type_name), claim, _StepFailed(record, error, ""))
+        # The step's thread is still busy: a rollback is handed to the next claim, never run on this thread.
+        fence.fail_attempt(claim, record, error_text(error), "", decision, rollback=cls.has_rollback(),
+                           hand_off=True)
     except LeaseLost:
         return False
     return True
-
-
-def _interrupted(claim: Claim, running: RunningClaim) -> Outcome:
-    if running.activity.lost_reason:
-        logger.info("procedure %s: stopped: %s", claim.id, running.activity.lost_reason, extra=_extra(claim))
-        return Outcome.LOST
-    spec = running.current
-    if spec is not None and not spec.idempotent:
-        fence.fail_without_attempt(claim, f"interrupted during non-idempotent step {spec.name}")
-        return Outcome.FAILED
-    fence.release(claim)
-    return Outcome.RELEASED

@@ -21,13 +21,14 @@ from django.db.backends.signals import connection_created
 from django_procedures import clock, registry
 from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost
+from django_procedures.policy.retry import FailDecision
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute
 from django_procedures.runtime.heartbeat import Heartbeat
 from django_procedures.runtime.shutdown import graceful_signals
 from django_procedures.runtime.wakeup import Waker
 from django_procedures.store import fence
 from django_procedures.store.claim import claim, next_due, unknown_types
-from django_procedures.store.leases import sweep_expired
+from django_procedures.store.maintenance import maintain
 
 logger = logging.getLogger("django_procedures.worker")
 
@@ -112,7 +113,7 @@ class Worker:
                 close_old_connections()
                 now = time.monotonic()
                 if now >= next_sweep:
-                    sweep_expired()
+                    maintain()
                     next_sweep = now + float(conf.SWEEP_SECONDS)
                 if now >= next_stats:
                     if next_stats:
@@ -202,7 +203,8 @@ class Worker:
         spec = running.current
         try:
             if running.in_step and spec is not None and not spec.idempotent:
-                fence.fail_without_attempt(running.claim, f"interrupted during non-idempotent step {spec.name}")
+                fence.fail_attempt(running.claim, None, f"interrupted during non-idempotent step {spec.name}", "",
+                                   FailDecision("interrupted", manual_retry=True))
                 self.stats["failed"] += 1
             else:
                 fence.release(running.claim)
@@ -234,8 +236,9 @@ class Worker:
                            "they are left for a worker that does", count, type_name)
 
 
-_STAT = {Outcome.COMPLETED: "succeeded", Outcome.RETRIED: "retried", Outcome.FAILED: "failed",
-         Outcome.RELEASED: "released", Outcome.LOST: "lost"}
+_STAT = {Outcome.COMPLETED: "succeeded", Outcome.SUSPENDED: "suspended", Outcome.RETRIED: "retried",
+         Outcome.FAILED: "failed", Outcome.ROLLED_BACK: "rolled_back", Outcome.RELEASED: "released",
+         Outcome.LOST: "lost"}
 
 
 def _configure_connection(sender: Any = None, *, connection: Any, idle_timeout: float, **kwargs: Any) -> None:

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Min
+from django.db.models import Case, Count, F, Min, Q, Value, When
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from django_procedures import clock, signals
 from django_procedures.models import Lease, ProcedureRun
 from django_procedures.policy.status import CLAIMABLE, RunStatus
-from django_procedures.store.db import db_now, db_now_plus, is_postgresql
+from django_procedures.store.db import db_now_plus, is_postgresql
 from django_procedures.store.events import send_after_commit
 
 
@@ -33,32 +35,44 @@ class Claim:
     lost: int
     lease_token: int
     queue: str
+    parent_id: uuid.UUID | None = None
+    root_id: uuid.UUID | None = None
+    depth: int = 0
+    suspension: int = 0
+    spawned_in: int = 0
+    in_rollback: bool = False
+    lock_keys: list[list[str]] = field(default_factory=list)
 
 
-_FIELDS = ["id", "type_name", "state", "step", "step_name", "attempt", "failures", "lost", "lease_token", "queue"]
+_FIELDS = ["id", "type_name", "state", "step", "step_name", "attempt", "failures", "lost", "lease_token", "queue",
+           "parent_id", "root_id", "depth", "suspension", "spawned_in", "in_rollback", "lock_keys"]
 
-_PG_CLAIM = """
-WITH picked AS (
+# Due rows that need no lock key decision: no keys, or keys already held from an earlier claim.
+_PG_DUE = """
     SELECT id FROM {run}
-    WHERE status IN ('ready', 'retrying') AND run_at <= %(now)s
-      AND type_name = ANY(%(types)s) {queue_filter}
+    WHERE status IN ('ready', 'retrying') AND run_at <= %(now)s AND type_name = ANY(%(types)s) {queue_filter}
+      AND NOT waiting_for_keys AND (keys_held OR lock_keys = '[]'::jsonb)
     ORDER BY priority DESC, run_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), claimed AS (
+"""
+# Rows whose keys were just granted (already locked by this transaction).
+_PG_GRANTED = "SELECT unnest(%(ids)s::uuid[]) AS id"
+
+_PG_CLAIM = """
+WITH picked AS ({picked}), claimed AS (
     UPDATE {run} AS r
-    SET status = 'running', lease_token = r.lease_token + 1, lease_owner = %(worker)s,
+    SET status = CASE WHEN r.in_rollback THEN 'rolling_back' ELSE 'running' END,
+        lease_token = r.lease_token + 1, lease_owner = %(worker)s,
         lease_expires_at = clock_timestamp() + make_interval(secs => %(lease)s),
-        started_at = COALESCE(r.started_at, %(now)s), step_started_at = %(now)s
+        started_at = COALESCE(r.started_at, %(now)s), step_started_at = %(now)s, keys_held = r.lock_keys <> '[]'
     FROM picked WHERE r.id = picked.id
-    RETURNING r.id, r.type_name, r.state, r.step, r.step_name, r.attempt, r.failures, r.lost,
-              r.lease_token, r.queue, r.lease_expires_at, r.priority, r.run_at
+    RETURNING r.*
 ), leases AS (
     INSERT INTO {lease} (procedure_id, token, worker, claimed_at, expires_at, outcome)
     SELECT id, lease_token, %(worker)s, clock_timestamp(), lease_expires_at, '' FROM claimed
 )
-SELECT id, type_name, state, step, step_name, attempt, failures, lost, lease_token, queue
-FROM claimed ORDER BY priority DESC, run_at
+SELECT {fields} FROM claimed ORDER BY priority DESC, run_at
 """
 
 
@@ -69,82 +83,86 @@ def claim(
     queues: Sequence[str] | None = None,
     limit: int = 1,
     lease_seconds: float,
+    keyed: bool = True,
 ) -> list[Claim]:
     """Claim up to ``limit`` due procedures of ``type_names`` in one short committed transaction.
 
     Only registered type names are claimed, so a worker that lacks a class
-    leaves its procedures to workers that have it.
+    leaves its procedures to workers that have it. Procedures taking lock keys
+    for the first time are decided first (``keyed``; see ``store.locks``);
+    the rest of the batch is one statement.
     """
     if not type_names or limit < 1:
         return []
+    from django_procedures.store import locks
+
     now = clock.now()
-    if is_postgresql():
-        claims = _claim_postgresql(worker, type_names, queues, limit, lease_seconds, now)
-    else:
-        claims = _claim_generic(worker, type_names, queues, limit, lease_seconds, now)
+    with transaction.atomic():
+        granted = locks.grant_due(type_names=type_names, queues=queues, limit=limit, now=now) if keyed else []
+        claims = _lease(worker, granted, lease_seconds, now) if granted else []
+        if len(claims) < limit:
+            claims += _lease_due(worker, type_names, queues, limit - len(claims), lease_seconds, now)
     for c in claims:
         send_after_commit(signals.procedure_started, procedure_id=c.id, type_name=c.type_name,
                           lease_token=c.lease_token)
     return claims
 
 
-def _claim_postgresql(worker: str, type_names: Sequence[str], queues: Sequence[str] | None, limit: int,
-                      lease_seconds: float, now: datetime) -> list[Claim]:
-    sql = _PG_CLAIM.format(
-        run=ProcedureRun._meta.db_table, lease=Lease._meta.db_table,
-        queue_filter="AND queue = ANY(%(queues)s)" if queues else "",
+def _lease_due(worker: str, type_names: Sequence[str], queues: Sequence[str] | None, limit: int,
+               lease_seconds: float, now: datetime) -> list[Claim]:
+    if is_postgresql():
+        picked = _PG_DUE.format(run=ProcedureRun._meta.db_table,
+                                queue_filter="AND queue = ANY(%(queues)s)" if queues else "")
+        return _run_pg(picked, worker, lease_seconds, now, types=list(type_names), queues=list(queues or ()),
+                       limit=limit)
+    due = ProcedureRun.objects.claimable(now).filter(type_name__in=type_names, waiting_for_keys=False).filter(
+        Q(keys_held=True) | Q(lock_keys=[]))
+    if queues:
+        due = due.filter(queue__in=queues)
+    ids = list(due.values_list("id", flat=True)[:limit])
+    return _lease(worker, ids, lease_seconds, now) if ids else []
+
+
+def _lease(worker: str, ids: list[uuid.UUID], lease_seconds: float, now: datetime) -> list[Claim]:
+    """Lease rows this transaction already picked (and locked, on PostgreSQL)."""
+    if is_postgresql():
+        return _run_pg(_PG_GRANTED, worker, lease_seconds, now, ids=ids)
+    ProcedureRun.objects.filter(id__in=ids, status__in=CLAIMABLE).update(
+        status=Case(When(in_rollback=True, then=Value(RunStatus.ROLLING_BACK)), default=Value(RunStatus.RUNNING)),
+        lease_token=F("lease_token") + 1, lease_owner=worker, lease_expires_at=db_now_plus(lease_seconds),
+        started_at=Coalesce("started_at", now), step_started_at=now,
+        keys_held=Case(When(lock_keys=[], then=Value(False)), default=Value(True)),
     )
-    params = {"now": now, "types": list(type_names), "queues": list(queues or ()), "limit": limit,
-              "worker": worker, "lease": float(lease_seconds)}
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    rows = {r["id"]: r for r in ProcedureRun.objects.filter(id__in=ids).values(*_FIELDS, "lease_expires_at")}
+    Lease.objects.bulk_create(
+        Lease(procedure_id=pid, token=rows[pid]["lease_token"], worker=worker, claimed_at=timezone.now(),
+              expires_at=rows[pid]["lease_expires_at"])
+        for pid in ids
+    )
+    return [Claim(**{k: rows[pid][k] for k in _FIELDS}) for pid in ids]
+
+
+def _run_pg(picked: str, worker: str, lease_seconds: float, now: datetime, **params: Any) -> list[Claim]:
+    sql = _PG_CLAIM.format(picked=picked, run=ProcedureRun._meta.db_table,
+                           lease=Lease._meta.db_table, fields=", ".join(_FIELDS))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"now": now, "worker": worker, "lease": float(lease_seconds), **params})
         rows = cursor.fetchall()
     claims = []
     for row in rows:
         values = dict(zip(_FIELDS, row, strict=True))
-        if isinstance(values["state"], str):  # psycopg returns jsonb decoded; stay safe for text
-            import json
-
-            values["state"] = json.loads(values["state"])
+        for name in ("state", "lock_keys"):
+            if isinstance(values[name], str):
+                values[name] = json.loads(values[name])
         claims.append(Claim(**values))
     return claims
-
-
-def _claim_generic(worker: str, type_names: Sequence[str], queues: Sequence[str] | None, limit: int,
-                   lease_seconds: float, now: datetime) -> list[Claim]:
-    """The same claim in portable ORM terms (SQLite: one worker, so no row locks are needed)."""
-    with transaction.atomic():
-        due = ProcedureRun.objects.claimable(now).filter(type_name__in=type_names)
-        if queues:
-            due = due.filter(queue__in=queues)
-        ids = list(due.select_for_update(skip_locked=True).values_list("id", flat=True)[:limit])
-        if not ids:
-            return []
-        expires = db_now_plus(lease_seconds)
-        ProcedureRun.objects.filter(id__in=ids, status__in=CLAIMABLE).update(
-            status=RunStatus.RUNNING, lease_token=F("lease_token") + 1, lease_owner=worker,
-            lease_expires_at=expires, started_at=Coalesce("started_at", now), step_started_at=now,
-        )
-        rows = {r["id"]: r for r in ProcedureRun.objects.filter(id__in=ids).values(*_FIELDS, "lease_expires_at")}
-        Lease.objects.bulk_create(
-            Lease(procedure_id=pid, token=rows[pid]["lease_token"], worker=worker, claimed_at=db_now_value(),
-                  expires_at=rows[pid]["lease_expires_at"])
-            for pid in ids
-        )
-    return [Claim(**{k: rows[pid][k] for k in _FIELDS}) for pid in ids]
-
-
-def db_now_value() -> datetime:
-    from django.utils import timezone
-
-    return timezone.now()
 
 
 def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
     """The earliest ``run_at`` of a ready or retrying procedure this worker could claim."""
     if not type_names:
         return None
-    rows = ProcedureRun.objects.pending().filter(type_name__in=type_names)
+    rows = ProcedureRun.objects.pending().filter(type_name__in=type_names, waiting_for_keys=False)
     if queues:
         rows = rows.filter(queue__in=queues)
     return rows.aggregate(at=Min("run_at"))["at"]
@@ -152,11 +170,6 @@ def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None) 
 
 def unknown_types(type_names: Sequence[str]) -> dict[str, int]:
     """Ready or retrying procedures whose type this worker has not registered, by type name."""
-    from django.db.models import Count
-
     rows = (ProcedureRun.objects.pending().exclude(type_name__in=type_names)
             .values_list("type_name").annotate(n=Count("id")).order_by("type_name"))
     return dict(rows)
-
-
-__all__ = ["Claim", "claim", "db_now", "next_due", "unknown_types"]

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.db.models import F
@@ -17,10 +17,15 @@ from django_procedures.exceptions import LeaseLost
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.policy.retry import FailDecision, RetryDecision
 from django_procedures.policy.status import LEASED, LeaseOutcome, RunStatus, StepStatus
+from django_procedures.store import locks, tree
 from django_procedures.store.claim import Claim
 from django_procedures.store.db import db_now
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
+from django_procedures.store.submit import Parent, build_row, insert
+
+if TYPE_CHECKING:
+    from django_procedures.procedure import Procedure
 
 _LEASE_CLEARED: dict[str, Any] = {"lease_owner": "", "lease_expires_at": None, "in_unsafe_step": False}
 
@@ -45,8 +50,7 @@ def fenced_update(claim: Claim, *, at_step: int | None = None, **fields: Any) ->
     rows = ProcedureRun.objects.filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED)
     if at_step is not None:
         rows = rows.filter(step=at_step)
-    updated = rows.update(**fields)
-    if not updated:
+    if not rows.update(**fields):
         raise LeaseLost(f"procedure {claim.id} is no longer held by lease token {claim.lease_token}")
 
 
@@ -70,6 +74,13 @@ def close_lease(procedure_id: Any, token: int, outcome: LeaseOutcome) -> None:
     )
 
 
+def _truncate(text: str, limit: int, keep_tail: bool = False) -> str:
+    if len(text) <= limit:
+        return text
+    marker = "…[truncated]…"
+    return marker + text[-(limit - len(marker)):] if keep_tail else text[: limit - len(marker)] + marker
+
+
 def _done_rows(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any]) -> list[Step]:
     last = len(records) - 1
     return [
@@ -86,16 +97,24 @@ def _committed(claim: Claim, records: Sequence[StepRecord]) -> None:
                           step_index=r.index, step_name=r.name)
 
 
+def _finish(claim: Claim, *, failed: bool) -> None:
+    """What every final transition does besides its own columns: release keys, tell the parent."""
+    locks.release([claim.id])
+    tree.child_finished(claim.id, claim.parent_id, claim.spawned_in, failed=failed)
+
+
+# -- forward progress -------------------------------------------------------------------------
+
+
 def checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str) -> None:
     """Commit ``records`` and ``state``; the next step to run is ``next_step``.
 
     Inside an atomic step this runs as the last statements of the step's own
     transaction, so the step's writes and its checkpoint commit together.
     """
-    now = clock.now()
     with _transaction():
-        fenced_update(claim, state=state, step=records[-1].index + 1, step_name=next_step, step_started_at=now,
-                      attempt=1, failures=0, lost=0, in_unsafe_step=False)
+        fenced_update(claim, state=state, step=records[-1].index + 1, step_name=next_step,
+                      step_started_at=clock.now(), attempt=1, failures=0, lost=0, in_unsafe_step=False)
         Step.objects.bulk_create(_done_rows(claim, records, state))
     _committed(claim, records)
     claim.state, claim.step, claim.step_name = state, records[-1].index + 1, next_step
@@ -104,57 +123,167 @@ def checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any
 
 def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], output: Any) -> None:
     """Commit the last steps and finish the procedure ``done`` with ``output``."""
-    now = clock.now()
     step = records[-1].index + 1 if records else claim.step
     with _transaction():
+        tree.lock_rows([claim.parent_id])
         fenced_update(claim, status=RunStatus.DONE, state=state, step=step, step_name="", output=output,
-                      finished_at=now, error="", traceback="", **_LEASE_CLEARED)
+                      finished_at=clock.now(), error="", traceback="", **_LEASE_CLEARED)
         if records:
             Step.objects.bulk_create(_done_rows(claim, records, state))
         close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+        _finish(claim, failed=False)
     _committed(claim, records)
     send_after_commit(signals.procedure_done, procedure_id=claim.id, type_name=claim.type_name)
 
 
-def _truncate(text: str, limit: int, keep_tail: bool = False) -> str:
-    if len(text) <= limit:
-        return text
-    marker = "…[truncated]…"
-    return marker + text[-(limit - len(marker)):] if keep_tail else text[: limit - len(marker)] + marker
+def suspend(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str,
+            children: Sequence[Procedure]) -> None:
+    """Checkpoint, insert ``children`` and wait for them, all in one transaction.
+
+    ``next_step`` is where the parent resumes once every child is final ("" when
+    the suspending step was its last: it then finishes ``done``).
+    """
+    now = clock.now()
+    suspension = claim.suspension + 1
+    here = Parent(claim.id, claim.root_id or claim.id, claim.depth, suspension)
+    rows = []
+    for i, child in enumerate(children):
+        options = child.options
+        if options.get("key"):
+            raise TypeError("children cannot carry an idempotency key: the suspension that creates them is "
+                            "committed once, so they are never created twice; drop key=")
+        rows.append(build_row(type(child), child.state, key=None, queue=options.get("queue"),
+                              priority=options.get("priority"), run_after=options.get("run_after"), now=now,
+                              parent=here, where=f"children[{i}].state", position=i))
+    with _transaction():
+        fenced_update(claim, status=RunStatus.WAITING, state=state, step=records[-1].index + 1, step_name=next_step,
+                      attempt=1, failures=0, lost=0, pending_children=len(rows), suspension=suspension,
+                      **_LEASE_CLEARED)
+        Step.objects.bulk_create(_done_rows(claim, records, state))
+        insert(rows)
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+    _committed(claim, records)
 
 
-def fail_attempt(claim: Claim, record: StepRecord, error: str, traceback: str,
-                 decision: RetryDecision | FailDecision) -> None:
-    """Record a failed attempt and either schedule the retry or fail the procedure."""
+def handled_child_failure(claim: Claim, child_id: Any, state: dict[str, Any]) -> None:
+    """``on_child_failed`` returned for ``child_id``: save the state it left, and never report that child again."""
+    with _transaction():
+        fenced_update(claim, state=state, step_started_at=clock.now())
+        ProcedureRun.objects.filter(id=child_id, parent_id=claim.id).update(failure_handled=True)
+    claim.state = state
+
+
+def wait_or_continue(claim: Claim) -> str:
+    """After child failures were handled: ``"continue"`` if no child is left, ``"again"`` if more
+    failures arrived meanwhile, else the parent goes back to ``waiting`` (``"waiting"``)."""
+    with _transaction():
+        pending = (ProcedureRun.objects.select_for_update()
+                   .filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED)
+                   .values_list("pending_children", flat=True).first())
+        if pending is None:
+            raise LeaseLost(f"procedure {claim.id} is no longer held by lease token {claim.lease_token}")
+        if not pending:
+            return "continue"
+        if tree.unhandled_failures(claim.id, claim.suspension):
+            return "again"
+        fenced_update(claim, status=RunStatus.WAITING, **_LEASE_CLEARED)
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+    return "waiting"
+
+
+# -- failures ---------------------------------------------------------------------------------
+
+
+def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback: str,
+                 decision: RetryDecision | FailDecision, *, rollback: bool = False, hand_off: bool = False) -> None:
+    """Record a failed attempt (``record``; None when no step ran) and apply ``decision``.
+
+    A permanent failure cancels the procedure's unfinished descendants. With
+    ``rollback`` it goes ``rolling_back`` under the same lease (never committing
+    ``failed`` first) and the caller runs the rollback next; with ``hand_off``
+    too, the lease ends and the rollback is left for the next claim. Without
+    ``rollback`` the failure is final.
+    """
     error = _truncate(error, conf.MAX_ERROR_LENGTH)
     traceback = _truncate(traceback, conf.MAX_TRACEBACK_LENGTH, keep_tail=True)
-    now = clock.now()
+    retrying = isinstance(decision, RetryDecision)
+    final = not retrying and not rollback
+    failed_step = record.name if record else claim.step_name
     with _transaction():
+        if final:
+            tree.lock_rows([claim.parent_id])
         if isinstance(decision, RetryDecision):
             fenced_update(claim, at_step=claim.step, status=RunStatus.RETRYING, run_at=decision.run_at,
                           failures=decision.failures, attempt=claim.attempt + 1, error=error, traceback=traceback,
                           **_LEASE_CLEARED)
+        elif rollback:
+            lease = {"status": RunStatus.READY, "run_at": clock.now(), **_LEASE_CLEARED} if hand_off else {
+                "status": RunStatus.ROLLING_BACK, "in_unsafe_step": False}
+            fenced_update(claim, at_step=claim.step, in_rollback=True, failures=0, lost=0, attempt=1, error=error,
+                          traceback=traceback, failed_step=failed_step, failure_can_retry=decision.manual_retry,
+                          **lease)
         else:
             fenced_update(claim, at_step=claim.step, status=RunStatus.FAILED, failures=claim.failures + 1,
-                          attempt=claim.attempt + 1, error=error, traceback=traceback, failed_step=record.name,
-                          failure_can_retry=decision.manual_retry, finished_at=now, **_LEASE_CLEARED)
+                          attempt=claim.attempt + 1, error=error, traceback=traceback, failed_step=failed_step,
+                          failure_can_retry=decision.manual_retry, finished_at=clock.now(), **_LEASE_CLEARED)
+        if record is not None:
+            Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name,
+                                attempt=record.attempt, status=StepStatus.FAILED, lease_token=claim.lease_token,
+                                started_at=record.started_at, finished_at=record.finished_at, error=error)
+        if not retrying:
+            tree.cancel_subtree(claim.id, f"cancelled: ancestor {claim.id} failed", include_self=False)
+        if retrying:
+            close_lease(claim.id, claim.lease_token, LeaseOutcome.RETRIED)
+        elif hand_off:
+            close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
+            notify([claim.queue])
+        elif final:
+            close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
+            _finish(claim, failed=True)
+    if retrying:
+        send_after_commit(signals.procedure_retrying, procedure_id=claim.id, type_name=claim.type_name, error=error)
+    elif final:
+        send_after_commit(signals.procedure_failed, procedure_id=claim.id, type_name=claim.type_name, error=error)
+    if rollback:
+        claim.in_rollback, claim.failures, claim.lost, claim.attempt = True, 0, 0, 1
+
+
+def finish_rollback(claim: Claim, record: StepRecord) -> None:
+    """The rollback succeeded: ``rolled_back``, final."""
+    with _transaction():
+        tree.lock_rows([claim.parent_id])
+        fenced_update(claim, status=RunStatus.ROLLED_BACK, finished_at=clock.now(), **_LEASE_CLEARED)
+        Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
+                            status=StepStatus.DONE, lease_token=claim.lease_token, started_at=record.started_at,
+                            finished_at=record.finished_at)
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+        _finish(claim, failed=True)
+    send_after_commit(signals.procedure_rolled_back, procedure_id=claim.id, type_name=claim.type_name)
+
+
+def fail_rollback(claim: Claim, record: StepRecord, error: str, decision: RetryDecision | FailDecision) -> None:
+    """The rollback failed: try it again later, or end ``failed`` with both errors kept."""
+    error = _truncate(error, conf.MAX_ERROR_LENGTH)
+    retrying = isinstance(decision, RetryDecision)
+    with _transaction():
+        if retrying:
+            fenced_update(claim, status=RunStatus.RETRYING, run_at=decision.run_at, failures=decision.failures,
+                          attempt=claim.attempt + 1, rollback_error=error, **_LEASE_CLEARED)
+        else:
+            tree.lock_rows([claim.parent_id])
+            fenced_update(claim, status=RunStatus.FAILED, failures=claim.failures + 1, attempt=claim.attempt + 1,
+                          rollback_error=error, finished_at=clock.now(), **_LEASE_CLEARED)
         Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
                             status=StepStatus.FAILED, lease_token=claim.lease_token, started_at=record.started_at,
                             finished_at=record.finished_at, error=error)
-        retrying = isinstance(decision, RetryDecision)
         close_lease(claim.id, claim.lease_token, LeaseOutcome.RETRIED if retrying else LeaseOutcome.FAILED)
-    signal = signals.procedure_retrying if retrying else signals.procedure_failed
-    send_after_commit(signal, procedure_id=claim.id, type_name=claim.type_name, error=error)
+        if not retrying:
+            _finish(claim, failed=True)
+    if not retrying:
+        send_after_commit(signals.procedure_failed, procedure_id=claim.id, type_name=claim.type_name, error=error)
 
 
-def fail_without_attempt(claim: Claim, error: str, *, can_retry: bool = True) -> None:
-    """Fail the procedure before running anything (poisonous, removed step, interrupted unsafe step)."""
-    with _transaction():
-        fenced_update(claim, status=RunStatus.FAILED, error=_truncate(error, conf.MAX_ERROR_LENGTH), traceback="",
-                      failed_step=claim.step_name, failure_can_retry=can_retry, finished_at=clock.now(),
-                      **_LEASE_CLEARED)
-        close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
-    send_after_commit(signals.procedure_failed, procedure_id=claim.id, type_name=claim.type_name, error=error)
+# -- giving the procedure back -----------------------------------------------------------------
 
 
 def release(claim: Claim) -> None:

@@ -1,9 +1,10 @@
-"""Submitting procedures in the caller's transaction."""
+"""Submitting procedures in the caller's transaction, and inserting a parent's children."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,16 @@ if TYPE_CHECKING:
     from django_procedures.procedure import Procedure
 
 
+@dataclass(frozen=True)
+class Parent:
+    """Where new rows hang in a tree."""
+
+    id: uuid.UUID
+    root_id: uuid.UUID
+    depth: int
+    suspension: int = 0
+
+
 def resolve_run_at(run_after: datetime | timedelta | None, now: datetime) -> datetime:
     if run_after is None:
         return now
@@ -31,15 +42,77 @@ def resolve_run_at(run_after: datetime | timedelta | None, now: datetime) -> dat
     return run_after
 
 
-def _parent_ids(parent: Any) -> tuple[uuid.UUID | None, uuid.UUID | None]:
-    """``(parent_id, root_id)`` for a parent given as a handle, a ``ProcedureRun`` or an id."""
+def _parent(parent: Any) -> Parent | None:
+    """A parent given as a handle, a ``ProcedureRun`` or an id."""
     if parent is None:
-        return None, None
+        return None
     parent_id = uuid.UUID(str(getattr(parent, "id", parent)))
-    row = ProcedureRun.objects.filter(id=parent_id).values("root_id").first()
+    row = ProcedureRun.objects.filter(id=parent_id).values("root_id", "depth").first()
     if row is None:
         raise ValueError(f"parent procedure {parent_id} does not exist")
-    return parent_id, row["root_id"] or parent_id
+    return Parent(parent_id, row["root_id"] or parent_id, row["depth"])
+
+
+def lock_keys_of(cls: type[Procedure], state: dict[str, Any]) -> list[list[str]]:
+    """The ``[[name, mode], ...]`` a procedure with ``state`` will hold, as stored on its row."""
+    from django_procedures.procedure import Procedure
+
+    if cls.lock_keys is Procedure.lock_keys:
+        return []
+    instance = cls.__new__(cls)
+    instance.state = state
+    keys = instance.lock_keys() or []
+    stored: dict[str, str] = {}
+    for key in keys:
+        name, mode = getattr(key, "name", None), getattr(key, "mode", None)
+        if not isinstance(name, str) or not name or mode not in ("exclusive", "shared"):
+            raise TypeError(f"{cls.__qualname__}.lock_keys() must return LockKey.exclusive(name) or "
+                            f"LockKey.shared(name) values; got {key!r}")
+        if stored.get(name) != "exclusive":  # asking twice keeps the stronger mode
+            stored[name] = mode
+    return [[name, stored[name]] for name in sorted(stored)]
+
+
+def build_row(cls: type[Procedure], state: Mapping[str, Any] | None, *, key: str | None, queue: str | None,
+              priority: int | None, run_after: datetime | timedelta | None, now: datetime,
+              parent: Parent | None, where: str = "state", position: int = 0) -> ProcedureRun:
+    """An unsaved ``ProcedureRun`` for ``cls``; ``TypeError`` if the state is not strict JSON."""
+    if cls.abstract:
+        raise TypeError(f"{cls.__qualname__} is abstract; submit one of its concrete subclasses")
+    if state is not None and not isinstance(state, Mapping):
+        raise TypeError(f"state must be a dict (a JSON object); got {type(state).__name__}")
+    plain = dict(state or {})
+    check_state(plain, where)
+    return ProcedureRun(
+        id=uuid.uuid4(), type_name=cls.type_name, state=plain, step_name=cls.steps[0].name,
+        queue=queue or cls.queue or conf.DEFAULT_QUEUE, priority=cls.priority if priority is None else priority,
+        key=key, run_at=resolve_run_at(run_after, now), created_at=now, lock_keys=lock_keys_of(cls, plain),
+        parent_id=parent and parent.id, root_id=parent and parent.root_id, depth=parent.depth + 1 if parent else 0,
+        spawned_in=parent.suspension if parent else 0, position=position,
+    )
+
+
+def insert(rows: list[ProcedureRun]) -> list[uuid.UUID]:
+    """Insert ``rows`` with one INSERT; a row whose idempotency key exists is not inserted.
+
+    Returns, per row, the id of the procedure that now carries it (its own or the existing one).
+    """
+    if not rows:
+        return []
+    keys = {row.key for row in rows if row.key is not None}
+    if keys:
+        ProcedureRun.objects.bulk_create(rows, ignore_conflicts=True)
+        stored = dict(ProcedureRun.objects.filter(key__in=keys).values_list("key", "id"))
+        ids = [stored[row.key] if row.key is not None else row.id for row in rows]
+    else:
+        ProcedureRun.objects.bulk_create(rows)
+        ids = [row.id for row in rows]
+    created = {row.id for row in rows} & set(ids)
+    notify({row.queue for row in rows if row.id in created})
+    for row in rows:
+        if row.id in created:
+            send_after_commit(signals.procedure_submitted, procedure_id=row.id, type_name=row.type_name)
+    return ids
 
 
 def submit_many(
@@ -58,46 +131,15 @@ def submit_many(
     """
     from django_procedures.handle import ProcedureHandle
 
-    if cls.abstract:
-        raise TypeError(f"{cls.__qualname__} is abstract; submit one of its concrete subclasses")
     if keys is None:
         keys = [None] * len(states)
     if len(keys) != len(states):
         raise ValueError(f"got {len(states)} states but {len(keys)} keys; pass one key (or None) per state")
-    plain_states: list[dict[str, Any]] = []
-    for i, state in enumerate(states):
-        if state is not None and not isinstance(state, Mapping):
-            raise TypeError(f"state must be a dict (a JSON object); got {type(state).__name__}")
-        plain = dict(state or {})
-        check_state(plain, "state" if len(states) == 1 else f"states[{i}]")
-        plain_states.append(plain)
-
     now = clock.now()
-    queue = queue or cls.queue or conf.DEFAULT_QUEUE
-    priority = cls.priority if priority is None else priority
-    run_at = resolve_run_at(run_after, now)
-    parent_id, root_id = _parent_ids(parent)
+    tree = _parent(parent)
     rows = [
-        ProcedureRun(
-            id=uuid.uuid4(), type_name=cls.type_name, state=state, step_name=cls.steps[0].name, queue=queue,
-            priority=priority, key=key, run_at=run_at, created_at=now, parent_id=parent_id, root_id=root_id,
-        )
-        for state, key in zip(plain_states, keys, strict=True)
+        build_row(cls, state, key=key, queue=queue, priority=priority, run_after=run_after, now=now, parent=tree,
+                  where="state" if len(states) == 1 else f"states[{i}]")
+        for i, (state, key) in enumerate(zip(states, keys, strict=True))
     ]
-    if not rows:
-        return []
-    wanted_keys = {key for key in keys if key is not None}
-    if wanted_keys:
-        ProcedureRun.objects.bulk_create(rows, ignore_conflicts=True)
-        stored = dict(ProcedureRun.objects.filter(key__in=wanted_keys).values_list("key", "id"))
-        ids = [stored[row.key] if row.key is not None else row.id for row in rows]
-    else:
-        ProcedureRun.objects.bulk_create(rows)
-        ids = [row.id for row in rows]
-    created = {row.id for row in rows} & set(ids)
-    if created:
-        notify([queue])
-        for row in rows:
-            if row.id in created:
-                send_after_commit(signals.procedure_submitted, procedure_id=row.id, type_name=row.type_name)
-    return [ProcedureHandle(pid) for pid in ids]
+    return [ProcedureHandle(pid) for pid in insert(rows)]

@@ -154,3 +154,117 @@ if os.environ.get("TESTAPP_EXTRA_TYPES"):
         @step
         def run(self, ctx):
             _effect(ctx, "run")
+
+
+# -- trees, rollback and lock keys -------------------------------------------------------------
+
+from django_procedures import LockKey  # noqa: E402
+from testproject.testapp.models import Effect as _Effect  # noqa: E402
+
+
+class Leaf(Procedure):
+    """A child: doubles ``n``; ``fail`` makes it fail for good; ``sleep``/``marker`` as above."""
+
+    type_name = "testapp.Leaf"
+    retry = FAST_RETRY
+
+    def lock_keys(self):
+        return [LockKey(name, mode) for name, mode in self.state.get("keys", [])]
+
+    @step
+    def work(self, ctx):
+        _effect(ctx, "leaf")
+        _pause(self, ctx, "work")
+        if self.state.get("fail"):
+            raise NonRetryable(f"leaf {self.state.get('n')} refuses")
+        return Status.done(output=self.state.get("n", 0) * 2)
+
+
+class Parent(Procedure):
+    """Spawns ``fanout`` leaves (or nodes of ``depth`` - 1), then sums what they returned."""
+
+    type_name = "testapp.Parent"
+    retry = FAST_RETRY
+
+    def lock_keys(self):
+        return [LockKey(name, mode) for name, mode in self.state.get("keys", [])]
+
+    @step
+    def spawn(self, ctx):
+        depth, fanout = self.state.get("depth", 1), self.state.get("fanout", 3)
+        failing = set(self.state.get("failing", []))
+        child_keys = self.state.get("child_keys", [])
+        if depth <= 1:
+            children = [Leaf({"n": i, "fail": i in failing, "keys": child_keys,
+                              "sleep": self.state.get("child_sleep", {})}) for i in range(fanout)]
+        else:
+            children = [Parent({"depth": depth - 1, "fanout": fanout}) for _ in range(fanout)]
+        return Status.suspended(children)
+
+    @step
+    def collect(self, ctx):
+        self.state["seen"] = [[c.status, c.output] for c in ctx.children]
+        total = sum(c.output for c in ctx.children if c.status == "done")
+        return Status.done(output=total)
+
+    def rollback(self, ctx):
+        if self.state.get("rollback_effect"):
+            _Effect.objects.create(procedure_id=ctx.procedure_id, step="parent-rollback")
+
+
+class TolerantParent(Parent):
+    """Keeps waiting when a child fails; collects what succeeded."""
+
+    type_name = "testapp.TolerantParent"
+
+    def on_child_failed(self, ctx, child):
+        self.state.setdefault("failed_children", []).append(child.error)
+
+
+class SuspendsLast(Procedure):
+    type_name = "testapp.SuspendsLast"
+
+    @step
+    def only(self, ctx):
+        return Status.suspended([Leaf({"n": 1})])
+
+
+class Compensated(Procedure):
+    """Books something in step one, fails for good in step two; rollback undoes the booking."""
+
+    type_name = "testapp.Compensated"
+    retry = RetryPolicy(max_attempts=2, initial_delay=0.0, jitter=0.0)
+
+    @step
+    def book(self, ctx):
+        _effect(ctx, "book")
+        self.state["booked"] = True
+
+    @step
+    def confirm(self, ctx):
+        raise NonRetryable("the supplier said no")
+
+    def rollback(self, ctx):
+        _effect(ctx, "rollback")
+        if ctx.attempt <= self.state.get("rollback_fails", 0):
+            raise RuntimeError(f"rollback attempt {ctx.attempt} failed")
+
+
+class KeyHolder(Procedure):
+    """Holds ``keys`` while it sleeps ``hold`` seconds (or until ``flag`` file exists, if given)."""
+
+    type_name = "testapp.KeyHolder"
+    retry = FAST_RETRY
+
+    def lock_keys(self):
+        return [LockKey(name, mode) for name, mode in self.state.get("keys", [])]
+
+    @step
+    def hold(self, ctx):
+        _effect(ctx, "hold")
+        flag = self.state.get("flag")
+        deadline = time.monotonic() + self.state.get("hold", 0)
+        while (flag and not Path(flag).exists()) or time.monotonic() < deadline:
+            time.sleep(0.02)
+            if flag and time.monotonic() > deadline + 60:
+                raise RuntimeError("flag never appeared")

@@ -1,0 +1,26 @@
+"""``KeyRequest``: a procedure's request for a lock key, granted or waiting."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class KeyRequest(models.Model):
+    """One lock key a procedure holds (``granted``) or waits for, with its place in the queue."""
+
+    name = models.CharField(max_length=255)
+    procedure = models.ForeignKey("django_procedures.ProcedureRun", on_delete=models.CASCADE,
+                                  related_name="key_requests")
+    root = models.ForeignKey("django_procedures.ProcedureRun", on_delete=models.CASCADE, related_name="+")
+    mode = models.CharField(max_length=10, choices=[("exclusive", "exclusive"), ("shared", "shared")])
+    granted = models.BooleanField(default=False)
+    requested_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["name", "requested_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["name", "procedure"], name="procedures_key_request_once")]
+        indexes = [models.Index(fields=["name", "granted"], name="procedures_key_idx")]
+
+    def __str__(self) -> str:
+        state = "holds" if self.granted else "waits for"
+        return f"{self.procedure_id} {state} {self.mode} {self.name}"

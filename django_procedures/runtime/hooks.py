@@ -1,0 +1,90 @@
+"""The optional hooks: ``on_child_failed`` when a parent resumes, and ``rollback`` after a permanent failure."""
+
+from __future__ import annotations
+
+import copy
+import traceback as tb
+from contextlib import nullcontext
+
+from django.db import transaction
+
+from django_procedures import clock
+from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
+from django_procedures.policy.retry import FailDecision, RetryDecision, decide_failure
+from django_procedures.policy.state import find_problem
+from django_procedures.procedure import Procedure
+from django_procedures.runtime.context import Context
+from django_procedures.runtime.running import Outcome, RunningClaim, error_text, interrupted, logger
+from django_procedures.store import fence, tree
+
+
+def _context(running: RunningClaim, step_name: str) -> Context:
+    claim = running.claim
+    return Context(procedure_id=claim.id, type_name=claim.type_name, attempt=claim.attempt, step_index=claim.step,
+                   step_name=step_name, lease_token=claim.lease_token, activity=running.activity,
+                   children=running.children)
+
+
+def fail_now(procedure: Procedure, cls: type[Procedure], running: RunningClaim, error: str, trace: str = "",
+             *, record: fence.StepRecord | None = None, manual_retry: bool = True) -> Outcome:
+    """Fail for good: roll back first if the class can, else end ``failed``."""
+    claim = running.claim
+    rollback = cls.has_rollback() and not claim.in_rollback
+    fence.fail_attempt(claim, record, error, trace, FailDecision(error, manual_retry), rollback=rollback)
+    logger.error("procedure %s failed%s: %s", claim.id, "; rolling back" if rollback else "", error)
+    if rollback:
+        procedure.state = copy.deepcopy(claim.state)
+        return run_rollback(procedure, cls, running)
+    return Outcome.FAILED
+
+
+def handle_children(procedure: Procedure, cls: type[Procedure], running: RunningClaim) -> Outcome | None:
+    """A resumed parent: report failed children to ``on_child_failed``; None once no child is left."""
+    claim = running.claim
+    while True:
+        running.children = tuple(tree.children_of(claim.id, claim.suspension))
+        for child in tree.unhandled_failures(claim.id, claim.suspension):
+            try:
+                running.activity.check()
+                procedure.on_child_failed(_context(running, "on_child_failed"), child)
+                problem = find_problem(procedure.state)
+                if problem:
+                    raise NonRetryable(f"cannot save the state on_child_failed left: {problem}")
+            except NotActive:
+                return interrupted(running)
+            except Exception as error:
+                procedure.state = copy.deepcopy(claim.state)
+                return fail_now(procedure, cls, running, error_text(error), tb.format_exc())
+            fence.handled_child_failure(claim, child.id, copy.deepcopy(procedure.state))
+        verdict = fence.wait_or_continue(claim)
+        if verdict == "waiting":
+            return Outcome.SUSPENDED
+        if verdict == "continue":
+            running.children = tuple(tree.children_of(claim.id, claim.suspension))
+            return None
+
+
+def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningClaim) -> Outcome:
+    """Run ``rollback(ctx)`` under the lease; retried with the procedure's policy like a step."""
+    claim = running.claim
+    started = clock.now()
+    record = fence.StepRecord(claim.step, "rollback", claim.attempt, started, started)
+    try:
+        with transaction.atomic() if cls.rollback_atomic else nullcontext():
+            running.activity.check()
+            procedure.rollback(_context(running, "rollback"))
+            running.activity.check()
+            record = fence.StepRecord(claim.step, "rollback", claim.attempt, started, clock.now())
+            fence.finish_rollback(claim, record)
+        return Outcome.ROLLED_BACK
+    except NotActive:
+        return interrupted(running)
+    except LeaseLost:
+        raise
+    except Exception as error:
+        record = fence.StepRecord(claim.step, "rollback", claim.attempt, started, clock.now())
+        retryable = not isinstance(error, (NonRetryable, *cls.retry.non_retryable))
+        decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=retryable)
+        fence.fail_rollback(claim, record, error_text(error), decision)
+        logger.warning("procedure %s: rollback attempt %s failed: %s", claim.id, claim.attempt, error_text(error))
+        return Outcome.RETRIED if isinstance(decision, RetryDecision) else Outcome.FAILED

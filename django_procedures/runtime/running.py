@@ -1,0 +1,70 @@
+"""A claim while a worker runs it, and the outcomes a run can have."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from django_procedures.procedure import StepSpec
+from django_procedures.runtime.context import Activity
+from django_procedures.store import fence
+from django_procedures.store.claim import Claim
+from django_procedures.store.tree import ChildResult
+
+logger = logging.getLogger("django_procedures.worker")
+
+
+class Outcome(StrEnum):
+    COMPLETED = "completed"
+    SUSPENDED = "suspended"
+    RETRIED = "retried"
+    FAILED = "failed"
+    ROLLED_BACK = "rolled_back"
+    RELEASED = "released"
+    LOST = "lost"
+
+
+@dataclass
+class RunningClaim:
+    """A claim being executed: its activity flags and the step in flight (read by heartbeat and shutdown)."""
+
+    claim: Claim
+    activity: Activity = field(default_factory=Activity)
+    children: tuple[ChildResult, ...] = ()
+    current: StepSpec | None = None
+    in_step: bool = False
+    step_index: int = 0
+    step_attempt: int = 1
+    step_started_at: datetime | None = None
+    #: ``time.monotonic()`` after which the step in flight has run past its timeout.
+    deadline: float | None = None
+
+
+def log_extra(claim: Claim) -> dict[str, Any]:
+    return {"procedure_id": str(claim.id), "type_name": claim.type_name, "lease_token": claim.lease_token,
+            "attempt": claim.attempt}
+
+
+def error_text(error: BaseException) -> str:
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def interrupted(running: RunningClaim) -> Outcome:
+    """``ensure_active()`` raised: drop everything if the lease is gone, else hand the procedure back."""
+    claim = running.claim
+    if running.activity.lost_reason:
+        logger.info("procedure %s: stopped: %s", claim.id, running.activity.lost_reason, extra=log_extra(claim))
+        return Outcome.LOST
+    spec = running.current
+    if spec is not None and not spec.idempotent:
+        from django_procedures.policy.retry import FailDecision
+
+        fence.fail_attempt(claim, None, f"interrupted during non-idempotent step {spec.name}", "",
+                           FailDecision("interrupted", manual_retry=True))
+        return Outcome.FAILED
+    fence.release(claim)
+    return Outcome.RELEASED

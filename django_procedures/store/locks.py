@@ -1,0 +1,150 @@
+"""Lock keys: granting them at a procedure's first claim, releasing them when it ends, breaking deadlocks."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from django.db import connection
+
+from django_procedures.models import KeyRequest, ProcedureRun
+from django_procedures.policy.locks import Request, blockers, find_deadlocks
+from django_procedures.store.db import is_postgresql
+from django_procedures.store.notify import notify
+
+logger = logging.getLogger("django_procedures.locks")
+
+
+def _key_locks(names: Iterable[str], *, wait: bool) -> bool:
+    """Serialise decisions about ``names`` between transactions (PostgreSQL advisory locks, sorted).
+
+    ``wait=False`` never blocks: it returns False if another transaction is
+    deciding about one of the keys right now (the caller skips the procedure).
+    """
+    names = sorted(set(names))
+    if not names or not is_postgresql():
+        return True
+    # unnest keeps the (sorted) array order, so every transaction takes these locks in one order.
+    key = "hashtextextended('django_procedures:' || n, 0)"
+    with connection.cursor() as cursor:
+        if wait:
+            cursor.execute(f"SELECT pg_advisory_xact_lock({key}) FROM unnest(%s::text[]) AS n", [names])
+            return True
+        cursor.execute(f"SELECT bool_and(pg_try_advisory_xact_lock({key})) FROM unnest(%s::text[]) AS n", [names])
+        return bool(cursor.fetchone()[0])
+
+
+def ancestors(procedure_id: uuid.UUID, parent_id: uuid.UUID | None) -> set[uuid.UUID]:
+    found: set[uuid.UUID] = set()
+    while parent_id is not None and parent_id not in found:
+        found.add(parent_id)
+        parent_id = ProcedureRun.objects.filter(id=parent_id).values_list("parent_id", flat=True).first()
+    return found
+
+
+def grant_due(*, type_names: Sequence[str], queues: Sequence[str] | None, limit: int, now: datetime
+              ) -> list[uuid.UUID]:
+    """In the claim's transaction: due procedures taking their keys for the first time, decided in claim order.
+
+    Each gets all its keys or none. One whose keys are busy is marked
+    ``waiting_for_keys`` (so claims skip it without blocking, and unrelated
+    work never queues behind it) and keeps its place in each key's queue; it
+    is woken when a key it waits for is released.
+    """
+    due = (ProcedureRun.objects.claimable(now)
+           .filter(type_name__in=type_names, keys_held=False, waiting_for_keys=False).exclude(lock_keys=[]))
+    if queues:
+        due = due.filter(queue__in=queues)
+    candidates = list(due.select_for_update(skip_locked=True)
+                      .values("id", "lock_keys", "root_id", "parent_id")[:limit])
+    granted: list[uuid.UUID] = []
+    for row in candidates:
+        wanted = {name: mode for name, mode in row["lock_keys"]}
+        if not _key_locks(wanted, wait=False):
+            continue  # another worker is deciding about one of these keys right now; try again next claim
+        tree = row["root_id"] or row["id"]
+        KeyRequest.objects.bulk_create(
+            [KeyRequest(name=name, procedure_id=row["id"], root_id=tree, mode=mode, requested_at=now)
+             for name, mode in wanted.items()], ignore_conflicts=True)
+        if not _grantable(row["id"], row["parent_id"], wanted):
+            ProcedureRun.objects.filter(id=row["id"]).update(waiting_for_keys=True)
+            continue
+        KeyRequest.objects.filter(procedure_id=row["id"]).update(granted=True)
+        granted.append(row["id"])
+    return granted
+
+
+def _requests(names: Iterable[str]) -> list[Request]:
+    """Every request (granted or waiting) on the keys ``names``."""
+    rows = KeyRequest.objects.filter(name__in=list(names)).values_list(
+        "name", "procedure_id", "root_id", "mode", "granted", "requested_at", "id")
+    return [Request(name, pid, root, mode, granted, (at, rid)) for name, pid, root, mode, granted, at, rid in rows]
+
+
+def _grantable(procedure_id: uuid.UUID, parent_id: uuid.UUID | None, names: Iterable[str]) -> bool:
+    names = list(names)
+    queue = _requests(names)
+    mine = {r.key: r for r in queue if r.procedure == procedure_id}
+    lenders = ancestors(procedure_id, parent_id)
+    return all(name in mine and not blockers(queue, mine[name], lenders) for name in names)
+
+
+def release(procedure_ids: Sequence[uuid.UUID]) -> None:
+    """In the transaction that writes their final status: drop the procedures' keys and wake their waiters."""
+    names = list(KeyRequest.objects.filter(procedure_id__in=procedure_ids).values_list("name", flat=True))
+    if not names:
+        return
+    _key_locks(names, wait=True)  # a claim deciding about these keys commits first, and its waiters are seen
+    KeyRequest.objects.filter(procedure_id__in=procedure_ids).delete()
+    ProcedureRun.objects.filter(id__in=procedure_ids).update(keys_held=False, waiting_for_keys=False)
+    waiting = ProcedureRun.objects.filter(
+        waiting_for_keys=True, id__in=KeyRequest.objects.filter(name__in=names, granted=False).values("procedure_id"))
+    queues = set(waiting.values_list("queue", flat=True))
+    waiting.update(waiting_for_keys=False)
+    notify(queues)
+
+
+def wake_stranded() -> int:
+    """Safety net run by the sweep: waiters none of whose keys is blocked any more are made claimable."""
+    stranded = ProcedureRun.objects.filter(waiting_for_keys=True).values("id", "parent_id", "lock_keys")
+    woken = []
+    for row in stranded:
+        if _grantable(row["id"], row["parent_id"], (name for name, _ in row["lock_keys"])):
+            woken.append(row["id"])
+    if woken:
+        ProcedureRun.objects.filter(id__in=woken).update(waiting_for_keys=False)
+        notify(ProcedureRun.objects.filter(id__in=woken).values_list("queue", flat=True))
+    return len(woken)
+
+
+def deadlocks() -> list[tuple[list[uuid.UUID], str]]:
+    """Cycles of trees waiting for each other's keys, each with the tree to fail (the youngest) and a message."""
+    waiting = list(KeyRequest.objects.filter(granted=False).values_list("name", "procedure_id", "root_id", "mode"))
+    if not waiting:
+        return []
+    holders = KeyRequest.objects.filter(granted=True, name__in={w[0] for w in waiting}).values_list(
+        "name", "root_id", "mode")
+    held: dict[str, list[tuple[uuid.UUID, str]]] = defaultdict(list)
+    for name, tree, mode in holders:
+        held[name].append((tree, mode))
+    waits: dict[uuid.UUID, set[tuple[str, uuid.UUID]]] = defaultdict(set)
+    for name, _, tree, mode in waiting:
+        for holder_tree, held_mode in held[name]:
+            if holder_tree != tree and (mode == "exclusive" or held_mode == "exclusive"):
+                waits[tree].add((name, holder_tree))
+    found = []
+    for cycle in find_deadlocks(waits):
+        created = dict(ProcedureRun.objects.filter(id__in=cycle.trees).values_list("id", "created_at"))
+        youngest = max(cycle.trees, key=lambda t: (created.get(t), str(t)))
+        parts = [f"tree {waiter} waits for {key!r}, held by tree {holder}" for waiter, key, holder in cycle.edges]
+        message = f"lock key deadlock: {'; '.join(parts)}; failing the younger tree {youngest}"
+        victims = [pid for pid in KeyRequest.objects.filter(granted=False, root_id=youngest).values_list(
+            "procedure_id", flat=True)]
+        found.append((victims, message))
+    return found
+
+
+__all__ = ["ancestors", "deadlocks", "grant_due", "release", "wake_stranded"]

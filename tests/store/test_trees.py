@@ -1,0 +1,159 @@
+"""Sub-procedures, child failures, rollback and cancellation, in-process."""
+
+import pytest
+
+from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.testing import drain
+from testproject.testapp.models import Effect
+from testproject.testapp.procedures import Compensated, Parent, SuspendsLast, ThreeSteps, TolerantParent
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_parent_waits_for_its_children_and_reads_their_results():
+    handle = Parent.submit({"fanout": 3})
+    drain()
+    assert handle.refresh().status == "done"
+    assert handle.output == 0 + 2 + 4
+    parent = ProcedureRun.objects.get(id=handle.id)
+    children = ProcedureRun.objects.filter(parent_id=handle.id)
+    assert children.count() == 3 and set(children.values_list("status", flat=True)) == {"done"}
+    assert set(children.values_list("root_id", flat=True)) == {handle.id}
+    assert set(children.values_list("depth", flat=True)) == {1}
+    assert parent.state["seen"] == [["done", 0], ["done", 2], ["done", 4]]
+    # The suspension was a checkpoint: spawn committed once, collect ran after.
+    assert list(Step.objects.filter(procedure_id=handle.id).values_list("name", "status")) == [
+        ("spawn", "done"), ("collect", "done")]
+    assert list(Lease.objects.filter(procedure_id=handle.id).values_list("outcome", flat=True)) == [
+        "completed", "completed"]
+
+
+def test_a_waiting_parent_is_not_claimed_until_the_last_child_finishes():
+    handle = Parent.submit({"fanout": 2})
+    from django_procedures.store.claim import claim
+
+    (parent,) = claim("w", type_names=[Parent.type_name], limit=1, lease_seconds=30)
+    from django_procedures.runtime.executor import RunningClaim, execute
+
+    assert execute(RunningClaim(parent)) == "suspended"
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert (run.status, run.pending_children) == ("waiting", 2)
+    assert claim("w", type_names=[Parent.type_name], limit=1, lease_seconds=30) == []
+    drain()
+    assert handle.refresh().status == "done"
+
+
+def test_trees_of_any_depth_set_root_on_every_descendant():
+    handle = Parent.submit({"depth": 3, "fanout": 3})
+    drain()
+    assert handle.refresh().status == "done"
+    descendants = ProcedureRun.objects.filter(root_id=handle.id)
+    assert descendants.count() == 3 + 9 + 27
+    assert set(descendants.values_list("status", flat=True)) == {"done"}
+    assert sorted(set(descendants.values_list("depth", flat=True))) == [1, 2, 3]
+
+
+def test_a_suspension_in_the_last_step_finishes_the_parent_when_children_are_done():
+    handle = SuspendsLast.submit()
+    drain()
+    assert handle.refresh().status == "done" and handle.output is None
+
+
+def test_a_failed_child_fails_its_parent_and_cancels_its_unfinished_siblings():
+    handle = Parent.submit({"fanout": 3, "failing": [0], "rollback_effect": True})
+    from django_procedures.store.claim import claim
+    from django_procedures.runtime.executor import RunningClaim, execute
+
+    (parent,) = claim("w", type_names=[Parent.type_name], limit=1, lease_seconds=30)
+    execute(RunningClaim(parent))
+    first_child = ProcedureRun.objects.get(parent_id=handle.id, position=0)
+    ProcedureRun.objects.filter(parent_id=handle.id).exclude(id=first_child.id).update(run_at="2100-01-01T00:00Z")
+    drain()  # runs the failing child; the parent wakes at once, its hook raises
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert run.status == "rolled_back"  # Parent defines rollback
+    assert f"child testapp.Leaf {first_child.id} ended failed" in run.error
+    assert "leaf 0 refuses" in run.error
+    siblings = ProcedureRun.objects.filter(parent_id=handle.id).exclude(id=first_child.id)
+    assert set(siblings.values_list("status", flat=True)) == {"cancelled"}
+    assert Effect.objects.filter(step="parent-rollback").count() == 1
+
+
+def test_on_child_failed_that_returns_keeps_the_parent_waiting():
+    handle = TolerantParent.submit({"fanout": 3, "failing": [1]})
+    drain()
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert run.status == "done" and run.output == 0 + 4
+    assert run.state["failed_children"] == ["NonRetryable: leaf 1 refuses"]
+    assert sorted(s for s, _ in run.state["seen"]) == ["done", "done", "failed"]
+
+
+def test_rollback_runs_after_a_permanent_failure_and_ends_rolled_back():
+    handle = Compensated.submit()
+    drain()
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert run.status == "rolled_back"
+    assert run.error == "NonRetryable: the supplier said no" and run.failed_step == "confirm"
+    assert list(Effect.objects.filter(procedure_id=handle.id).values_list("step", flat=True)) == ["book", "rollback"]
+    assert list(Step.objects.filter(procedure_id=handle.id).values_list("name", "status")) == [
+        ("book", "done"), ("confirm", "failed"), ("rollback", "done")]
+
+
+def test_a_failing_rollback_is_retried_then_ends_failed_with_both_errors():
+    handle = Compensated.submit({"rollback_fails": 5})
+    drain()
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert run.status == "failed"
+    assert run.error == "NonRetryable: the supplier said no"
+    assert run.rollback_error == "RuntimeError: rollback attempt 2 failed"
+    rollback_steps = list(Step.objects.filter(procedure_id=handle.id, name="rollback").values_list(
+        "attempt", "status"))
+    assert rollback_steps == [(1, "failed"), (2, "failed")]  # max_attempts=2
+    # The rollback's writes rolled back with its failed transactions.
+    assert not Effect.objects.filter(procedure_id=handle.id, step="rollback").exists()
+
+
+def test_a_rollback_that_succeeds_on_retry():
+    handle = Compensated.submit({"rollback_fails": 1})
+    drain()
+    assert handle.refresh().status == "rolled_back"
+    assert Effect.objects.filter(procedure_id=handle.id, step="rollback").count() == 1
+
+
+def test_cancel_cancels_the_whole_subtree_and_fences_running_members():
+    handle = Parent.submit({"depth": 2, "fanout": 2})
+    from django_procedures.runtime.executor import RunningClaim, execute
+    from django_procedures.store.claim import claim
+
+    execute(RunningClaim(claim("w", type_names=[Parent.type_name], limit=1, lease_seconds=30)[0]))
+    (child,) = claim("w", type_names=[Parent.type_name], limit=1, lease_seconds=30)
+    result = handle.cancel(by="ops")
+    assert result.changed and len(result.cancelled) == 3  # parent + 2 children (grandchildren not yet spawned)
+    assert set(ProcedureRun.objects.values_list("status", flat=True)) == {"cancelled"}
+    assert ProcedureRun.objects.get(id=handle.id).error == "cancelled by ops"
+    assert Lease.objects.get(procedure_id=child.id).outcome == "lost"
+    # The running child's worker is fenced out.
+    assert execute(RunningClaim(child)) == "lost"
+    assert ProcedureRun.objects.filter(parent_id=child.id).count() == 0
+
+
+def test_cancelling_a_finished_procedure_changes_nothing_and_says_so():
+    handle = ThreeSteps.submit()
+    drain()
+    result = handle.cancel()
+    assert not result.changed and "is already done; nothing was cancelled" in result.message
+    assert handle.refresh().status == "done"
+
+
+def test_cancelling_a_child_counts_as_a_child_failure():
+    handle = TolerantParent.submit({"fanout": 2})
+    from django_procedures.runtime.executor import RunningClaim, execute
+    from django_procedures.store.claim import claim
+
+    execute(RunningClaim(claim("w", type_names=[TolerantParent.type_name], limit=1, lease_seconds=30)[0]))
+    child = ProcedureRun.objects.filter(parent_id=handle.id).first()
+    from django_procedures import get_handle
+
+    get_handle(child.id).cancel()
+    drain()
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert run.status == "done" and run.state["failed_children"] == ["cancelled"]
