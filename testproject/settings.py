@@ -1,9 +1,12 @@
 """Settings of the example project used by the demo and the test suite.
 
-The database comes from ``DATABASE_URL`` (``postgres://user@host:port/name``
-or ``sqlite:///path``); without it, a SQLite file under ``var/``.
+The database comes from ``DATABASE_URL``: ``postgres://user@host:port/name``, or
+``sqlite:///relative/path`` (relative to the project root) / ``sqlite:////absolute/path``;
+without it, ``var/demo.sqlite3``. ``PROCEDURES_TEST_DB_NAME`` names the PostgreSQL test
+database (default ``test_<name>``), so two test runs on one server need not collide.
 """
 
+import json
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -52,8 +55,11 @@ STATIC_URL = "static/"
 def database_from_url(url: str) -> dict:
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
-        path = unquote(parsed.path)[1:] if parsed.path.startswith("//") else unquote(parsed.path)
-        return sqlite_database(path or str(BASE_DIR / "var" / "demo.sqlite3"))
+        # sqlite:///var/demo.sqlite3 is relative to the project root; sqlite:////abs/path is absolute.
+        path = unquote(parsed.netloc + parsed.path).removeprefix("/")
+        if path == ":memory:":
+            return sqlite_database(path)
+        return sqlite_database(str(BASE_DIR / (path or "var/demo.sqlite3")))
     if parsed.scheme not in ("postgres", "postgresql"):
         raise ValueError(f"DATABASE_URL must start with postgres:// or sqlite://; got {url!r}")
     return {
@@ -68,6 +74,8 @@ def database_from_url(url: str) -> dict:
 
 
 def sqlite_database(path: str) -> dict:
+    if path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)  # var/ is not in the repository
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": path,
@@ -78,7 +86,8 @@ def sqlite_database(path: str) -> dict:
 
 DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL", "sqlite:///var/demo.sqlite3"))}
 
-PROCEDURES = {}
+# PROCEDURES_JSON (a JSON object) lets tests configure worker subprocesses, e.g. {"SWEEP_SECONDS": 0.5}.
+PROCEDURES = json.loads(os.environ.get("PROCEDURES_JSON") or "{}")
 
 LOGGING = {
     "version": 1,

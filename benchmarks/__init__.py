@@ -1,0 +1,1 @@
+"""Benchmarks and query-plan checks for django-procedures (not part of the package)."""

@@ -1,0 +1,333 @@
+"""Real ``manage.py procedures_worker`` processes against PostgreSQL: crashes, freezes, signals, load.
+
+Each test commits its data (``transaction=True``) so the worker subprocesses,
+connected to the same test database, see it; the assertions read the
+``ProcedureRun``, ``Step`` and ``Lease`` rows and the test app's ``Effect``
+rows (one per committed execution of a step's body).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from django.db.models import Count
+from django.utils import timezone
+
+from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.policy.status import FINAL
+from testproject.testapp.models import Effect
+from testproject.testapp.procedures import ChargeCard, KillsItsWorker, ThreeSteps
+from tests.runtime.processes import Workers, read_pid, wait_for
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
+
+#: Workers in these tests sweep expired leases often, so a 2 s lease is reclaimed within ~2.5 s.
+FAST = {"SWEEP_SECONDS": 0.5}
+
+
+@pytest.fixture
+def workers(transactional_db, tmp_path):
+    """Worker subprocesses of this test: killed before the test database is flushed; logs printed."""
+    pool = Workers(tmp_path)
+    yield pool
+    pool.close()
+    print(pool.describe())
+
+
+# -- reading the database -------------------------------------------------------------------------
+
+
+def run(pid) -> ProcedureRun:
+    return ProcedureRun.objects.get(id=pid)
+
+
+def status_of(pid) -> str:
+    return ProcedureRun.objects.values_list("status", flat=True).get(id=pid)
+
+
+def steps(pid) -> list[tuple[int, str, int, str]]:
+    return list(Step.objects.filter(procedure_id=pid).order_by("index", "attempt", "id")
+                .values_list("index", "name", "attempt", "status"))
+
+
+def leases(pid) -> list[tuple[str, str, bool]]:
+    """``(worker, outcome, closed)`` per claim, in token order."""
+    return [(worker, outcome, released is not None) for worker, outcome, released in
+            Lease.objects.filter(procedure_id=pid).order_by("token").values_list("worker", "outcome", "released_at")]
+
+
+def effects(pid) -> list[tuple[str, int]]:
+    """``(step, worker_pid)`` of every committed step body, in commit order."""
+    return list(Effect.objects.filter(procedure_id=pid).order_by("id").values_list("step", "worker_pid"))
+
+
+def open_leases() -> int:
+    return Lease.objects.filter(released_at__isnull=True).count()
+
+
+def wait_status(pid, *statuses: str, timeout: float, workers: Workers) -> str:
+    return wait_for(lambda: (s := status_of(pid)) in statuses and s, timeout=timeout, workers=workers,
+                    what=f"procedure {pid} to become {' or '.join(statuses)} (it is {status_of(pid)})")
+
+
+def wait_marker(path: Path, pid: int, *, timeout: float, workers: Workers) -> None:
+    wait_for(lambda: read_pid(path) == pid, timeout=timeout, workers=workers,
+             what=f"{path.name} written by pid {pid}")
+
+
+def stop(worker, timeout: float = 15.0) -> int:
+    worker.signal(signal.SIGTERM)
+    return worker.wait(timeout)
+
+
+# -- 1. SIGKILL --------------------------------------------------------------------------------------
+
+
+def test_sigkill_during_step_two_resumes_at_step_two(workers, tmp_path):
+    marker = tmp_path / "m"
+    handle = ThreeSteps.submit({"marker": str(marker), "sleep": {"two": 3}})
+    a = workers.start(procedures=FAST)
+    wait_marker(Path(f"{marker}.two"), a.pid, timeout=30, workers=workers)
+
+    a.signal(signal.SIGKILL)
+    assert a.wait(5) == -signal.SIGKILL
+    row = run(handle.id)
+    assert (row.status, row.step, row.step_name, row.lease_owner) == ("running", 1, "two", a.worker_id)
+
+    b = workers.start(procedures=FAST)
+    wait_status(handle.id, "done", timeout=30, workers=workers)
+
+    row = run(handle.id)
+    assert row.output == {"done": ["one", "two", "three"]}  # resumed from the checkpoint after step one
+    assert steps(handle.id) == [(0, "one", 1, "done"), (1, "two", 1, "lost"), (1, "two", 2, "done"),
+                                (2, "three", 1, "done")]
+    # Step one ran once; the killed attempt of step two rolled back with its transaction.
+    assert effects(handle.id) == [("one", a.pid), ("two", b.pid), ("three", b.pid)]
+    assert leases(handle.id) == [(a.worker_id, "expired", True), (b.worker_id, "completed", True)]
+    assert open_leases() == 0
+    assert stop(b) == 0
+
+
+# -- 2. SIGSTOP / SIGCONT -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("idle_timeout", [None, 600.0], ids=["transaction-cut-by-idle-timeout",
+                                                              "transaction-kept-open"])
+def test_sigstop_until_lease_expires_fences_out_the_frozen_commit(workers, tmp_path, idle_timeout):
+    """A frozen worker whose lease expired: its late commit is dropped, it says so at INFO, and it carries on.
+
+    With the default ``idle_in_transaction_session_timeout`` (twice the lease)
+    the frozen step's transaction is cut by PostgreSQL while the worker is
+    stopped; with a long one it is still open on SIGCONT and the fenced write
+    itself must match no row. Either way the worker must survive and keep
+    serving: its executor thread needs a working connection again.
+    """
+    lease = 2.0
+    frozen_settings = dict(FAST)
+    if idle_timeout is not None:
+        frozen_settings["IDLE_IN_TRANSACTION_TIMEOUT_SECONDS"] = idle_timeout
+    marker = tmp_path / "m"
+    handle = ThreeSteps.submit({"marker": str(marker), "sleep": {"two": 3}})
+    a = workers.start(lease_seconds=lease, procedures=frozen_settings)
+    wait_marker(Path(f"{marker}.two"), a.pid, timeout=30, workers=workers)
+
+    a.signal(signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    b = workers.start(lease_seconds=lease, procedures=FAST)
+    wait_status(handle.id, "done", timeout=30, workers=workers)
+    assert stop(b) == 0
+    if idle_timeout is None:  # make sure PostgreSQL has cut the frozen transaction (2 x lease, plus margin)
+        time.sleep(max(0.0, frozen_at + 2 * lease + 1.0 - time.monotonic()))
+
+    a.signal(signal.SIGCONT)
+    wait_for(lambda: a.log_lines(level="INFO", containing="lease token"), timeout=15, workers=workers,
+             what="the resumed worker to log its lost lease at INFO")
+    assert a.alive(), a.describe()
+    assert not a.log_lines(level="ERROR"), "a fenced-out commit is not an error:\n" + a.describe()
+    assert "Traceback" not in a.log(), a.describe()
+
+    row = run(handle.id)
+    assert (row.status, row.output) == ("done", {"done": ["one", "two", "three"]})
+    assert steps(handle.id) == [(0, "one", 1, "done"), (1, "two", 1, "lost"), (1, "two", 2, "done"),
+                                (2, "three", 1, "done")]
+    # The frozen attempt of step two wrote an Effect row in its transaction: it must be gone.
+    assert effects(handle.id) == [("one", a.pid), ("two", b.pid), ("three", b.pid)]
+    assert leases(handle.id) == [(a.worker_id, "expired", True), (b.worker_id, "completed", True)]
+
+    # It keeps running: the same process claims and finishes new work, on a working connection.
+    again = ThreeSteps.submit({})
+    wait_status(again.id, "done", timeout=20, workers=workers)
+    assert effects(again.id) == [("one", a.pid), ("two", a.pid), ("three", a.pid)]
+    assert leases(again.id) == [(a.worker_id, "completed", True)]
+    assert open_leases() == 0
+    assert stop(a) == 0
+
+
+# -- 3. SIGTERM --------------------------------------------------------------------------------------
+
+
+def test_sigterm_releases_the_lease_for_another_worker(workers, tmp_path):
+    started = time.monotonic()
+    marker = tmp_path / "m"
+    handle = ThreeSteps.submit({"marker": str(marker), "sleep": {"two": 300}, "poll": True})
+    # A lease far longer than this test may take: passing proves it was released, not left to expire.
+    a = workers.start(lease_seconds=600, procedures=FAST)
+    wait_marker(Path(f"{marker}.two"), a.pid, timeout=30, workers=workers)
+
+    signalled = time.monotonic()
+    a.signal(signal.SIGTERM)
+    assert a.wait(10) == 0
+    assert time.monotonic() - signalled < 5, a.describe()
+
+    row = run(handle.id)
+    assert (row.status, row.step, row.step_name, row.lease_owner, row.lease_expires_at) == (
+        "ready", 1, "two", "", None)
+    assert leases(handle.id) == [(a.worker_id, "released", True)]
+    assert steps(handle.id) == [(0, "one", 1, "done")]  # a released attempt is neither lost nor failed
+    assert effects(handle.id) == [("one", a.pid)]  # the interrupted atomic step rolled back
+
+    # Let the next run of step two be quick (the procedure is ready: no worker holds it).
+    state = dict(row.state, sleep={})
+    ProcedureRun.objects.filter(id=handle.id, status="ready").update(state=state)
+    b = workers.start("--burst", lease_seconds=600, procedures=FAST)
+    assert b.wait(30) == 0
+
+    row = run(handle.id)
+    assert (row.status, row.output) == ("done", {"done": ["one", "two", "three"]})
+    assert steps(handle.id) == [(0, "one", 1, "done"), (1, "two", 1, "done"), (2, "three", 1, "done")]
+    assert effects(handle.id) == [("one", a.pid), ("two", b.pid), ("three", b.pid)]
+    assert leases(handle.id) == [(a.worker_id, "released", True), (b.worker_id, "completed", True)]
+    assert open_leases() == 0
+    assert time.monotonic() - started < 60  # nowhere near the 600 s lease
+
+
+def test_second_sigterm_exits_at_once(workers, tmp_path):
+    marker = tmp_path / "m"
+    handle = ThreeSteps.submit({"marker": str(marker), "sleep": {"two": 300}})  # never calls ensure_active
+    a = workers.start("--shutdown-timeout", "120", lease_seconds=600, procedures=FAST)
+    wait_marker(Path(f"{marker}.two"), a.pid, timeout=30, workers=workers)
+
+    a.signal(signal.SIGTERM)
+    wait_for(lambda: a.log_lines(containing="shutting down"), timeout=5, workers=workers,
+             what="the first SIGTERM to be acknowledged")
+    time.sleep(1.0)
+    assert a.alive(), "the first SIGTERM waits for the running step (shutdown timeout 120 s)\n" + a.describe()
+
+    signalled = time.monotonic()
+    a.signal(signal.SIGTERM)
+    rc = a.wait(5)
+    assert time.monotonic() - signalled < 2, a.describe()
+    assert rc == 128 + signal.SIGTERM
+    assert "second signal" in a.log()
+    row = run(handle.id)
+    assert (row.status, row.step_name, row.lease_owner) == ("running", "two", a.worker_id)  # left to expire
+    assert leases(handle.id) == [(a.worker_id, "", False)]
+    assert effects(handle.id) == [("one", a.pid)]
+
+
+# -- 4. a poisonous step --------------------------------------------------------------------------------
+
+
+def test_step_that_kills_its_worker_fails_as_poisonous(workers):
+    handle = KillsItsWorker.submit({})
+    deaths = 0
+    for _ in range(6):
+        w = workers.start(lease_seconds=1.5, procedures=FAST)
+        wait_for(lambda w=w: not w.alive() or status_of(handle.id) in FINAL, timeout=30, workers=workers,
+                 what="the worker to die or the procedure to end")
+        if status_of(handle.id) in FINAL:
+            break
+        assert w.returncode == -signal.SIGKILL, w.describe()
+        deaths += 1
+    else:
+        pytest.fail(f"still {status_of(handle.id)} after 6 workers\n{workers.describe()}")
+    assert stop(w) == 0
+
+    row = run(handle.id)
+    assert deaths == 3
+    assert row.status == "failed"
+    assert row.error.startswith("worker lost 3 times during step boom"), row.error
+    assert row.failures == 0  # lost attempts use their own budget (max_attempts is 2)
+    assert steps(handle.id) == [(0, "boom", 1, "lost"), (0, "boom", 2, "lost"), (0, "boom", 3, "lost")]
+    assert [outcome for _, outcome, _ in leases(handle.id)] == ["expired", "expired", "expired", "failed"]
+    assert open_leases() == 0
+
+
+# -- 5. rolling deploys: unknown types ----------------------------------------------------------------
+
+
+def test_worker_without_the_type_leaves_it_for_one_that_has_it(workers):
+    row = ProcedureRun.objects.create(type_name="testapp.OnlySomeWorkers", step_name="run",
+                                      run_at=timezone.now(), state={})
+    old = workers.start("--burst", procedures=FAST)
+    assert old.wait(30) == 0
+    assert old.log_lines(containing="testapp.OnlySomeWorkers"), old.describe()  # reported, not failed
+    row.refresh_from_db()
+    assert (row.status, row.lease_token, row.error) == ("ready", 0, "")
+    assert leases(row.id) == [] and steps(row.id) == [] and effects(row.id) == []
+
+    new = workers.start("--burst", procedures=FAST, env={"TESTAPP_EXTRA_TYPES": "1"})
+    assert new.wait(30) == 0
+    row.refresh_from_db()
+    assert row.status == "done", new.describe()
+    assert effects(row.id) == [("run", new.pid)]
+    assert leases(row.id) == [(new.worker_id, "completed", True)]
+
+
+# -- 6. load -------------------------------------------------------------------------------------------
+
+
+def test_two_workers_with_four_threads_run_2000_procedures_exactly_once(workers):
+    n = 2000
+    ids = [h.id for h in ThreeSteps.submit_many([{} for _ in range(n)])]
+    pool = [workers.start("--burst", "--concurrency", "4", lease_seconds=10, procedures=FAST) for _ in range(2)]
+    deadline = time.monotonic() + 150
+    for w in pool:
+        assert w.wait(max(1.0, deadline - time.monotonic())) == 0
+
+    assert dict(ProcedureRun.objects.values_list("status").annotate(n=Count("id"))) == {"done": n}
+    assert dict(Step.objects.values_list("status").annotate(n=Count("id"))) == {"done": 3 * n}
+    per_step = Step.objects.values("procedure_id", "index").annotate(n=Count("id"))
+    assert per_step.count() == 3 * n and not per_step.filter(n__gt=1).exists()  # no step committed twice
+    per_run = Step.objects.values("procedure_id").annotate(n=Count("id"))
+    assert per_run.count() == n and not per_run.exclude(n=3).exists()
+    effect_rows = Effect.objects.values("procedure_id", "step").annotate(n=Count("id"))
+    assert Effect.objects.count() == 3 * n and effect_rows.count() == 3 * n
+    assert set(Effect.objects.values_list("procedure_id", flat=True).distinct()) == set(ids)
+    assert open_leases() == 0
+    assert dict(Lease.objects.values_list("outcome").annotate(n=Count("id"))) == {"completed": n}
+    by_worker = Counter(Lease.objects.values_list("worker", flat=True))
+    assert set(by_worker) == {w.worker_id for w in pool}, by_worker
+
+
+# -- 7. non-idempotent steps ----------------------------------------------------------------------------
+
+
+def test_sigkill_during_non_idempotent_step_parks_it(workers, tmp_path):
+    marker = tmp_path / "m"
+    charge = Path(f"{marker}.charge")
+    handle = ChargeCard.submit({"marker": str(marker), "sleep": {"charge": 300}})
+    a = workers.start(procedures=FAST)
+    wait_marker(charge, a.pid, timeout=30, workers=workers)
+    written = charge.stat().st_mtime_ns
+
+    a.signal(signal.SIGKILL)
+    assert a.wait(5) == -signal.SIGKILL
+    b = workers.start(procedures=FAST)
+    wait_for(lambda: status_of(handle.id) != "running", timeout=30, workers=workers,
+             what="the expired lease to be swept")
+    time.sleep(1.5)  # give the second worker every chance to (wrongly) run the step again
+
+    row = run(handle.id)
+    assert row.status == "failed", workers.describe()
+    assert row.error == "interrupted during non-idempotent step charge"
+    assert row.failure_can_retry is True
+    assert read_pid(charge) == a.pid and charge.stat().st_mtime_ns == written  # not charged twice
+    assert steps(handle.id) == [(0, "charge", 1, "lost")]
+    assert leases(handle.id) == [(a.worker_id, "expired", True)]
+    assert open_leases() == 0
+    assert stop(b) == 0
