@@ -27,15 +27,18 @@ def blockers(requests: Iterable[Request], mine: Request, lenders: Collection[Has
     """The requests that keep ``mine`` from being granted now.
 
     A conflicting request blocks if it is granted, or if it waits and is older
-    (the oldest waiter gets a key first). Requests of ``lenders`` (the
-    procedure's ancestors) are ignored: a key an ancestor holds is lent to its
-    descendants, who contend among themselves as if the ancestor did not hold
-    it. Others outside the tree still count, so a descendant cannot turn an
+    (the oldest waiter gets a key first). A key an ancestor (one of
+    ``lenders``) holds is lent to its descendants, who contend among themselves
+    as if the ancestor did not hold it: the ancestor's request is ignored, and
+    so are outsiders still waiting for the key (they wait for the ancestor
+    anyway). Outsiders holding it still count, so a descendant cannot turn an
     ancestor's shared key into an exclusive one while they share it.
     """
-    return [r for r in requests
-            if r.key == mine.key and r.procedure != mine.procedure and r.procedure not in lenders
-            and conflicts(r.mode, mine.mode) and (r.granted or r.order < mine.order)]
+    same_key = [r for r in requests if r.key == mine.key and r.procedure != mine.procedure]
+    borrowing = any(r.granted and r.procedure in lenders for r in same_key)
+    return [r for r in same_key
+            if r.procedure not in lenders and conflicts(r.mode, mine.mode)
+            and (r.granted or (r.order < mine.order and (not borrowing or r.tree == mine.tree)))]
 
 
 @dataclass(frozen=True)

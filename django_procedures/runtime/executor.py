@@ -83,6 +83,30 @@ def execute(running: RunningClaim) -> Outcome:
         logger.info("procedure %s: lease token %s was lost; dropping this worker's result", claim.id,
                     claim.lease_token, extra=log_extra(claim))
         return Outcome.LOST
+    except DatabaseError as error:
+        # A worker frozen past its lease (SIGSTOP, VM pause) finds its step's transaction cut by
+        # idle_in_transaction_session_timeout when it wakes. If the lease moved meanwhile, this is the
+        # fenced-out case (drop the result, log once at INFO), not an error.
+        if not _lease_moved(running):
+            raise
+        logger.info("procedure %s: lease token %s was lost (its transaction ended with: %s); dropping this "
+                    "worker's result", claim.id, claim.lease_token, error, extra=log_extra(claim))
+        return Outcome.LOST
+
+
+def _lease_moved(running: RunningClaim) -> bool:
+    """After a database error outside any transaction: is the lease gone? False when that cannot be told."""
+    if running.activity.lost_reason:
+        return True
+    connection = transaction.get_connection()
+    if connection.in_atomic_block:
+        return False
+    connection.close()  # the error may have broken it; the check opens a fresh one
+    try:
+        return not fence.holds(running.claim)
+    except DatabaseError:
+        connection.close()
+        return False
 
 
 def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, running: RunningClaim) -> Outcome | None:

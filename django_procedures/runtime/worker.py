@@ -120,8 +120,10 @@ class Worker:
                         self._log_stats("stats")
                     next_stats = now + float(conf.STATS_SECONDS)
                 free = self.options.concurrency - len(self.running)
-                claimed = self._claim(free) if free > 0 else 0
-                if claimed:
+                if free <= 0:  # every thread is busy: sleep until one finishes (it wakes us)
+                    self.waker.wait(max(0.0, min(next_sweep, next_stats) - now))
+                    continue
+                if self._claim(free):
                     backoff = 0.0
                     continue
                 due = next_due(type_names=self.types, queues=self.options.queues)

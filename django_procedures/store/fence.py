@@ -68,6 +68,11 @@ def _transaction() -> Iterator[None]:
             yield
 
 
+def holds(claim: Claim) -> bool:
+    """Whether this claim still holds the procedure (a read; acting on it still needs a fenced write)."""
+    return ProcedureRun.objects.filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED).exists()
+
+
 def close_lease(procedure_id: Any, token: int, outcome: LeaseOutcome) -> None:
     Lease.objects.filter(procedure_id=procedure_id, token=token, released_at__isnull=True).update(
         released_at=db_now(), outcome=outcome
@@ -223,8 +228,9 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
                           traceback=traceback, failed_step=failed_step, failure_can_retry=decision.manual_retry,
                           **lease)
         else:
-            fenced_update(claim, at_step=claim.step, status=RunStatus.FAILED, failures=claim.failures + 1,
-                          attempt=claim.attempt + 1, error=error, traceback=traceback, failed_step=failed_step,
+            tried = 1 if record is not None else 0  # poisonous or removed steps fail without an attempt
+            fenced_update(claim, at_step=claim.step, status=RunStatus.FAILED, failures=claim.failures + tried,
+                          attempt=claim.attempt + tried, error=error, traceback=traceback, failed_step=failed_step,
                           failure_can_retry=decision.manual_retry, finished_at=clock.now(), **_LEASE_CLEARED)
         if record is not None:
             Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name,

@@ -58,22 +58,26 @@ def grant_due(*, type_names: Sequence[str], queues: Sequence[str] | None, limit:
            .filter(type_name__in=type_names, keys_held=False, waiting_for_keys=False).exclude(lock_keys=[]))
     if queues:
         due = due.filter(queue__in=queues)
-    candidates = list(due.select_for_update(skip_locked=True)
-                      .values("id", "lock_keys", "root_id", "parent_id")[:limit])
     granted: list[uuid.UUID] = []
-    for row in candidates:
-        wanted = {name: mode for name, mode in row["lock_keys"]}
-        if not _key_locks(wanted, wait=False):
-            continue  # another worker is deciding about one of these keys right now; try again next claim
-        tree = row["root_id"] or row["id"]
-        KeyRequest.objects.bulk_create(
-            [KeyRequest(name=name, procedure_id=row["id"], root_id=tree, mode=mode, requested_at=now)
-             for name, mode in wanted.items()], ignore_conflicts=True)
-        if not _grantable(row["id"], row["parent_id"], wanted):
-            ProcedureRun.objects.filter(id=row["id"]).update(waiting_for_keys=True)
-            continue
-        KeyRequest.objects.filter(procedure_id=row["id"]).update(granted=True)
-        granted.append(row["id"])
+    passed: list[uuid.UUID] = []  # another worker was deciding about their keys: left for the next claim
+    while len(granted) < limit:
+        candidates = list(due.exclude(id__in=granted + passed).select_for_update(skip_locked=True)
+                          .values("id", "lock_keys", "root_id", "parent_id")[:limit - len(granted)])
+        if not candidates:
+            break
+        for row in candidates:
+            wanted = {name: mode for name, mode in row["lock_keys"]}
+            if not _key_locks(wanted, wait=False):
+                passed.append(row["id"])
+                continue
+            KeyRequest.objects.bulk_create(
+                [KeyRequest(name=name, procedure_id=row["id"], root_id=row["root_id"] or row["id"], mode=mode,
+                            requested_at=now) for name, mode in wanted.items()], ignore_conflicts=True)
+            if _grantable(row["id"], row["parent_id"], wanted):
+                KeyRequest.objects.filter(procedure_id=row["id"]).update(granted=True)
+                granted.append(row["id"])
+            else:  # marked, so the next query (and every claim after it) passes it by
+                ProcedureRun.objects.filter(id=row["id"]).update(waiting_for_keys=True)
     return granted
 
 
