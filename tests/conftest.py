@@ -1,5 +1,17 @@
+import django
 import pytest
 from django.db import connection
+
+
+def pytest_report_header(config):
+    """Say which database and Django version this run is on (``make test`` runs several legs)."""
+    s = connection.settings_dict
+    if connection.vendor == "postgresql":
+        test_name = s["TEST"].get("NAME") or f"test_{s['NAME']}"
+        where = f"PostgreSQL at {s['HOST']}:{s['PORT']}, test database {test_name}"
+    else:
+        where = f"{connection.display_name} (PostgreSQL-only tests are skipped)"
+    return f"django-procedures: Django {django.get_version()} on {where}"
 
 
 def pytest_collection_modifyitems(config, items):

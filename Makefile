@@ -1,0 +1,116 @@
+# django-procedures: the one entry point for setting up, the demo, the tests and CI.
+#
+#   make demo          set up .venv (Python 3.11), run the demo on a fresh SQLite database
+#   make test          set up .venv, run the suite on PostgreSQL, then on SQLite, then lint and
+#                      the migrations check
+#   make test-django6  the PostgreSQL leg and the migrations check on Django 6.0 (.venv-django6, Python 3.12)
+#   make lint          ruff
+#   make clean         remove virtualenvs, var/ and caches
+#
+# Variables (environment or command line):
+#   DATABASE_URL             PostgreSQL for the tests (default postgres://postgres@127.0.0.1:5432/procedures;
+#                            pytest-django creates and drops the test database, test_<name>)
+#   PROCEDURES_TEST_DB_NAME  name of that test database, so two runs on one server do not collide
+#   PYTEST_ARGS              extra pytest arguments, e.g. PYTEST_ARGS='-x -k lease'
+#   PYTHON, PYTHON_DJANGO6   interpreters for the two virtualenvs (found on PATH or through pyenv)
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+MAKEFLAGS += --no-print-directory
+
+# The first python<version> that runs: on PATH, else the newest pyenv install of that version.
+find-python = $(shell { python$(1) -c 'import sys; print(sys.executable)' 2>/dev/null || true; \
+	ls -d "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/$(1).*/bin/python$(1) 2>/dev/null | sort -V | tail -n1 \
+	|| true; } | head -n1)
+PYTHON ?= $(call find-python,3.11)
+PYTHON_DJANGO6 ?= $(call find-python,3.12)
+
+VENV := .venv
+VENV6 := .venv-django6
+DJANGO6_SPEC := django>=6.0,<6.1
+
+PG_URL := $(or $(DATABASE_URL),postgres://postgres@127.0.0.1:5432/procedures)
+SQLITE_TEST_URL := sqlite:///var/test.sqlite3
+DEMO_URL := sqlite:///var/demo.sqlite3
+DJANGO6_TEST_DB := $(if $(PROCEDURES_TEST_DB_NAME),$(PROCEDURES_TEST_DB_NAME)_django6,test_procedures_django6)
+PYTEST_ARGS ?=
+
+# Shows a database URL without its password.
+redact = $(shell printf '%s' '$(1)' | sed -E 's|(//[^:/@]*):[^@]*@|\1:***@|')
+banner = if [ -t 1 ]; then printf '\n\033[1m==> %s\033[0m\n' "$(1)"; else printf '\n==> %s\n' "$(1)"; fi
+
+.PHONY: help demo test test-postgres test-sqlite test-django6 lint check-migrations clean check-pg-url
+
+help:
+	@sed -n '2,16p' Makefile | sed 's/^# \{0,1\}//'
+
+# -- virtualenvs (rebuilt when pyproject.toml changes) ----------------------------------------
+
+# setuptools warns on every editable install of a flat layout that ./django_procedures shadows the package:
+# here that is the point of an editable install.
+EDITABLE_QUIET := PYTHONWARNINGS=ignore::UserWarning:setuptools.command.editable_wheel
+
+$(VENV)/.installed: pyproject.toml
+	@test -n "$(PYTHON)" || { echo "error: no Python 3.11 found; install it or run make PYTHON=/path/to/python3.11" >&2; exit 1; }
+	@test -x $(VENV)/bin/python || { echo "creating $(VENV) with $(PYTHON)"; "$(PYTHON)" -m venv $(VENV); }
+	@echo "installing django-procedures and its dev dependencies into $(VENV)"
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(EDITABLE_QUIET) $(VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+$(VENV6)/.installed: pyproject.toml
+	@test -n "$(PYTHON_DJANGO6)" || { echo "error: Django 6 needs Python 3.12 and none was found; install it (pyenv install 3.12) or run make PYTHON_DJANGO6=/path/to/python3.12" >&2; exit 1; }
+	@test -x $(VENV6)/bin/python || { echo "creating $(VENV6) with $(PYTHON_DJANGO6)"; "$(PYTHON_DJANGO6)" -m venv $(VENV6); }
+	@echo "installing django-procedures, its dev dependencies and $(DJANGO6_SPEC) into $(VENV6)"
+	$(VENV6)/bin/python -m pip install --quiet --upgrade pip
+	$(EDITABLE_QUIET) $(VENV6)/bin/python -m pip install --quiet -e '.[dev]' '$(DJANGO6_SPEC)'
+	@touch $@
+
+var:
+	@mkdir -p var
+
+# -- the demo ---------------------------------------------------------------------------------
+
+demo: $(VENV)/.installed | var
+	@rm -f var/demo.sqlite3 var/demo.sqlite3-wal var/demo.sqlite3-shm var/demo-worker.log
+	@DATABASE_URL=$(DEMO_URL) $(VENV)/bin/python manage.py migrate --verbosity 0
+	@DATABASE_URL=$(DEMO_URL) $(VENV)/bin/python manage.py procedures_demo
+
+# -- tests ------------------------------------------------------------------------------------
+
+test: test-postgres test-sqlite lint check-migrations
+	@$(call banner,make test: PostgreSQL and SQLite legs passed; lint and migrations clean)
+
+check-pg-url:
+	@case '$(PG_URL)' in postgres://*|postgresql://*) ;; \
+	 *) echo "error: the PostgreSQL leg needs DATABASE_URL=postgres://...; got $(call redact,$(PG_URL))" >&2; exit 2;; esac
+
+test-postgres: $(VENV)/.installed check-pg-url | var
+	@$(call banner,PostgreSQL leg: $(call redact,$(PG_URL)) · Django $$($(VENV)/bin/python -m django --version) · $$($(VENV)/bin/python -V))
+	DATABASE_URL='$(PG_URL)' $(VENV)/bin/python -m pytest --create-db $(PYTEST_ARGS)
+
+test-sqlite: $(VENV)/.installed | var
+	@$(call banner,SQLite leg: $(SQLITE_TEST_URL) (PostgreSQL-only tests are skipped) · Django $$($(VENV)/bin/python -m django --version) · $$($(VENV)/bin/python -V))
+	DATABASE_URL=$(SQLITE_TEST_URL) $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	@$(call banner,ruff check)
+	$(VENV)/bin/ruff check .
+
+check-migrations: $(VENV)/.installed | var
+	@$(call banner,migrations match the models (Django $$($(VENV)/bin/python -m django --version)))
+	DATABASE_URL=$(SQLITE_TEST_URL) $(VENV)/bin/python manage.py makemigrations --check --dry-run
+
+test-django6: $(VENV6)/.installed check-pg-url | var
+	@$(call banner,PostgreSQL leg on Django 6: $(call redact,$(PG_URL)) test database $(DJANGO6_TEST_DB) · Django $$($(VENV6)/bin/python -m django --version) · $$($(VENV6)/bin/python -V))
+	PROCEDURES_TEST_DB_NAME=$(DJANGO6_TEST_DB) DATABASE_URL='$(PG_URL)' $(VENV6)/bin/python -m pytest --create-db $(PYTEST_ARGS)
+	@$(call banner,migrations match the models (Django $$($(VENV6)/bin/python -m django --version)))
+	DATABASE_URL=$(SQLITE_TEST_URL) $(VENV6)/bin/python manage.py makemigrations --check --dry-run
+
+# -- housekeeping -----------------------------------------------------------------------------
+
+clean:
+	rm -rf $(VENV) $(VENV6) var .pytest_cache .ruff_cache .hypothesis build dist *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
