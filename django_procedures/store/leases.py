@@ -78,7 +78,7 @@ def sweep_expired(limit: int = 100) -> SweepReport:
             ProcedureRun.objects.filter(status__in=LEASED, lease_expires_at__lt=db_now())
             .select_for_update(skip_locked=True).order_by("id")
             .values("id", "lease_token", "lease_owner", "step", "step_name", "attempt", "in_unsafe_step",
-                    "step_started_at", "queue", "type_name", "parent_id", "spawned_in")[:limit]
+                    "step_started_at", "queue", "type_name", "parent_id", "spawned_in", "in_rollback")[:limit]
         )
         for row in expired:
             fence = ProcedureRun.objects.filter(id=row["id"], lease_token=row["lease_token"])
@@ -100,7 +100,8 @@ def sweep_expired(limit: int = 100) -> SweepReport:
                              lease_token=F("lease_token") + 1, lease_owner="", lease_expires_at=None)
                 queues.add(row["queue"])
                 resumed += 1
-            Step.objects.create(procedure_id=row["id"], index=row["step"], name=row["step_name"],
+            Step.objects.create(procedure_id=row["id"], index=row["step"],
+                                name="rollback" if row["in_rollback"] else row["step_name"],
                                 attempt=row["attempt"], status=StepStatus.LOST, lease_token=row["lease_token"],
                                 started_at=row["step_started_at"], finished_at=now, error=message)
             Lease.objects.filter(procedure_id=row["id"], token=row["lease_token"], released_at__isnull=True).update(

@@ -157,3 +157,64 @@ def test_cancelling_a_child_counts_as_a_child_failure():
     drain()
     run = ProcedureRun.objects.get(id=handle.id)
     assert run.status == "done" and run.state["failed_children"] == ["cancelled"]
+
+
+def test_children_take_their_own_queue_and_priority():
+    from django_procedures import Procedure, Status, step
+    from testproject.testapp.procedures import Leaf
+
+    class Routes(Procedure):
+        type_name = "tests.Routes"
+
+        @step
+        def spawn(self, ctx):
+            return Status.suspended([Leaf({"n": 1}, queue="bulk", priority=7), Leaf({"n": 2})])
+
+    handle = Routes.submit(queue="main")
+    drain(queues=["main"])
+    children = ProcedureRun.objects.filter(parent_id=handle.id).order_by("position")
+    assert [(c.queue, c.priority) for c in children] == [("bulk", 7), ("default", 0)]
+    assert handle.refresh().status == "waiting"
+    drain()
+    assert handle.refresh().status == "done"
+
+
+def test_children_with_bad_state_fail_the_suspending_step_and_create_nothing():
+    from django_procedures import Procedure, Status, step
+    from testproject.testapp.procedures import Leaf
+
+    class BadChildren(Procedure):
+        type_name = "tests.BadChildren"
+
+        @step
+        def spawn(self, ctx):
+            return Status.suspended([Leaf({"n": float("nan")})])
+
+    handle = BadChildren.submit()
+    drain()
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert run.status == "failed" and "children[0].state['n'] is nan" in run.error
+    assert not ProcedureRun.objects.filter(parent_id=handle.id).exists()
+
+
+def test_a_worker_lost_during_a_rollback_is_recovered_like_any_other():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_procedures.policy.retry import FailDecision
+    from django_procedures.store import fence
+    from django_procedures.store.claim import claim
+    from django_procedures.store.maintenance import maintain
+
+    handle = Compensated.submit()
+    (c,) = claim("w", type_names=[Compensated.type_name], limit=1, lease_seconds=30)
+    fence.fail_attempt(c, None, "boom", "", FailDecision("boom", True), rollback=True)
+    assert ProcedureRun.objects.get(id=handle.id).status == "rolling_back"
+    ProcedureRun.objects.filter(id=handle.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert maintain().resumed == 1
+    drain()
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert run.status == "rolled_back" and run.lost == 1
+    assert list(Step.objects.filter(procedure_id=handle.id).values_list("name", "status")) == [
+        ("rollback", "lost"), ("rollback", "done")]

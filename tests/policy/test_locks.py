@@ -1,0 +1,61 @@
+import pytest
+
+from django_procedures.policy.locks import Request, blockers, conflicts, find_deadlocks
+
+
+def req(proc, mode="exclusive", granted=False, order=0, tree=None, key="k"):
+    return Request(key, proc, tree or proc, mode, granted, (order,))
+
+
+@pytest.mark.parametrize(("a", "b", "expected"), [
+    ("exclusive", "exclusive", True), ("exclusive", "shared", True), ("shared", "exclusive", True),
+    ("shared", "shared", False),
+])
+def test_conflicts(a, b, expected):
+    assert conflicts(a, b) is expected
+
+
+@pytest.mark.parametrize(("others", "mine", "lenders", "blocked_by"), [
+    # nobody else: free
+    ([], req("me", order=5), set(), []),
+    # an exclusive holder blocks
+    ([req("a", granted=True, order=1)], req("me", order=5), set(), ["a"]),
+    # shared holders let a shared request in, not an exclusive one
+    ([req("a", "shared", True, 1)], req("me", "shared", order=5), set(), []),
+    ([req("a", "shared", True, 1)], req("me", order=5), set(), ["a"]),
+    # an older conflicting waiter goes first; a younger one does not block
+    ([req("a", order=1)], req("me", "shared", order=5), set(), ["a"]),
+    ([req("a", order=9)], req("me", order=5), set(), []),
+    # older shared waiters do not block a shared request
+    ([req("a", "shared", order=1)], req("me", "shared", order=5), set(), []),
+    # another key is irrelevant
+    ([req("a", granted=True, key="other")], req("me", order=5), set(), []),
+    # an ancestor's hold is lent to its descendants
+    ([req("parent", granted=True, order=1, tree="t")], req("me", order=5, tree="t"), {"parent"}, []),
+    # ... who contend among themselves
+    ([req("parent", granted=True, order=1, tree="t"), req("sibling", granted=True, order=3, tree="t")],
+     req("me", order=5, tree="t"), {"parent"}, ["sibling"]),
+    # ... while outsiders waiting for the ancestor do not block them
+    ([req("parent", granted=True, order=1, tree="t"), req("outsider", "shared", order=2, tree="o")],
+     req("me", order=5, tree="t"), {"parent"}, []),
+    # ... but outsiders sharing an ancestor's shared key keep a descendant from taking it exclusively
+    ([req("parent", "shared", True, 1, tree="t"), req("outsider", "shared", True, 2, tree="o")],
+     req("me", order=5, tree="t"), {"parent"}, ["outsider"]),
+])
+def test_blockers(others, mine, lenders, blocked_by):
+    assert [r.procedure for r in blockers([*others, mine], mine, lenders)] == blocked_by
+
+
+def test_a_two_tree_cycle_is_found_once():
+    (deadlock,) = find_deadlocks({"A": [("L", "B")], "B": [("K", "A")]})
+    assert set(deadlock.trees) == {"A", "B"}
+    assert {(w, k, h) for w, k, h in deadlock.edges} == {("A", "L", "B"), ("B", "K", "A")}
+
+
+def test_longer_cycles_and_no_false_positives():
+    assert find_deadlocks({"A": [("K", "B")], "B": [("L", "C")]}) == []
+    (cycle,) = find_deadlocks({"A": [("K", "B")], "B": [("L", "C")], "C": [("M", "A")]})
+    assert set(cycle.trees) == {"A", "B", "C"}
+    assert find_deadlocks({"A": [("K", "A")]}) == []  # waiting on its own tree is not a deadlock
+    two = find_deadlocks({"A": [("K", "B")], "B": [("L", "A")], "C": [("M", "D")], "D": [("N", "C")]})
+    assert sorted(sorted(d.trees) for d in two) == [["A", "B"], ["C", "D"]]
