@@ -2,7 +2,10 @@
 
 import pytest
 
+from django_procedures import get_handle
 from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.runtime.executor import RunningClaim, execute
+from django_procedures.store.claim import claim
 from django_procedures.testing import drain
 from testproject.testapp.models import Effect
 from testproject.testapp.procedures import Compensated, Parent, SuspendsLast, ThreeSteps, TolerantParent
@@ -30,10 +33,8 @@ def test_a_parent_waits_for_its_children_and_reads_their_results():
 
 def test_a_waiting_parent_is_not_claimed_until_the_last_child_finishes():
     handle = Parent.submit({"fanout": 2})
-    from django_procedures.store.claim import claim
 
     (parent,) = claim("w", type_names=[Parent.type_name], limit=1, lease_seconds=30)
-    from django_procedures.runtime.executor import RunningClaim, execute
 
     assert execute(RunningClaim(parent)) == "suspended"
     run = ProcedureRun.objects.get(id=handle.id)
@@ -61,8 +62,6 @@ def test_a_suspension_in_the_last_step_finishes_the_parent_when_children_are_don
 
 def test_a_failed_child_fails_its_parent_and_cancels_its_unfinished_siblings():
     handle = Parent.submit({"fanout": 3, "failing": [0], "rollback_effect": True})
-    from django_procedures.store.claim import claim
-    from django_procedures.runtime.executor import RunningClaim, execute
 
     (parent,) = claim("w", type_names=[Parent.type_name], limit=1, lease_seconds=30)
     execute(RunningClaim(parent))
@@ -121,8 +120,6 @@ def test_a_rollback_that_succeeds_on_retry():
 
 def test_cancel_cancels_the_whole_subtree_and_fences_running_members():
     handle = Parent.submit({"depth": 2, "fanout": 2})
-    from django_procedures.runtime.executor import RunningClaim, execute
-    from django_procedures.store.claim import claim
 
     execute(RunningClaim(claim("w", type_names=[Parent.type_name], limit=1, lease_seconds=30)[0]))
     (child,) = claim("w", type_names=[Parent.type_name], limit=1, lease_seconds=30)
@@ -146,13 +143,9 @@ def test_cancelling_a_finished_procedure_changes_nothing_and_says_so():
 
 def test_cancelling_a_child_counts_as_a_child_failure():
     handle = TolerantParent.submit({"fanout": 2})
-    from django_procedures.runtime.executor import RunningClaim, execute
-    from django_procedures.store.claim import claim
 
     execute(RunningClaim(claim("w", type_names=[TolerantParent.type_name], limit=1, lease_seconds=30)[0]))
     child = ProcedureRun.objects.filter(parent_id=handle.id).first()
-    from django_procedures import get_handle
-
     get_handle(child.id).cancel()
     drain()
     run = ProcedureRun.objects.get(id=handle.id)
@@ -204,7 +197,6 @@ def test_a_worker_lost_during_a_rollback_is_recovered_like_any_other():
 
     from django_procedures.policy.retry import FailDecision
     from django_procedures.store import fence
-    from django_procedures.store.claim import claim
     from django_procedures.store.maintenance import maintain
 
     handle = Compensated.submit()
