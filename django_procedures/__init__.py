@@ -16,8 +16,11 @@ __all__ = [
     "ProcedureHandle",
     "RetryPolicy",
     "Status",
+    "declare_schedule",
     "get_handle",
+    "register_schedule",
     "step",
+    "tick",
 ]
 
 _LAZY = {
@@ -29,6 +32,9 @@ _LAZY = {
     "NonRetryable": "django_procedures.exceptions",
     "ProcedureHandle": "django_procedures.handle",
     "get_handle": "django_procedures.handle",
+    "register_schedule": "django_procedures.store.schedules",
+    "declare_schedule": "django_procedures.store.schedules",
+    "tick": "django_procedures.store.ticks",
 }
 
 if TYPE_CHECKING:
@@ -36,6 +42,8 @@ if TYPE_CHECKING:
     from django_procedures.handle import ProcedureHandle, get_handle
     from django_procedures.policy.retry import RetryPolicy
     from django_procedures.procedure import LockKey, Procedure, Status, step
+    from django_procedures.store.schedules import declare_schedule, register_schedule
+    from django_procedures.store.ticks import tick
 
 
 def __getattr__(name: str) -> Any:

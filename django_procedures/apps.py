@@ -8,6 +8,17 @@ class ProceduresConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
         from django_procedures import checks, registry  # noqa: F401  (checks registers itself)
 
         registry.autodiscover()
+        post_migrate.connect(_sync_schedules, sender=self, dispatch_uid="django_procedures.sync_schedules")
+
+
+def _sync_schedules(using: str = "default", **kwargs: object) -> None:
+    """Schedules declared in code reach the database after migrate (never at import or in ready())."""
+    from django_procedures.store.schedules import sync_declared
+
+    if using == "default":
+        sync_declared()

@@ -34,7 +34,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             errors.append(Error(f"PROCEDURES[{name!r}] must be a positive number of seconds; got {value!r}",
                                 id="django_procedures.E003"))
 
-    for name in ("LEASE_SECONDS", "SWEEP_SECONDS", "POLL_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS", "STATS_SECONDS"):
+    for name in ("LEASE_SECONDS", "SWEEP_SECONDS", "POLL_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS", "STATS_SECONDS",
+                 "TICK_SECONDS"):
         positive(name)
     if errors:
         return errors

@@ -36,6 +36,8 @@ DEFAULTS: dict[str, Any] = {
     "STATS_SECONDS": 60.0,
     # Queue of procedures that name none.
     "DEFAULT_QUEUE": "default",
+    # How often procedures_worker --with-scheduler (and the Celery beat entry) runs a scheduling pass.
+    "TICK_SECONDS": 1.0,
     # Default age for procedures_prune --older-than: a duration like "7d", seconds, or a timedelta.
     "RETENTION": "7d",
     # Longest stored error text and traceback, in characters.

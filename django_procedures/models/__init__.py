@@ -1,6 +1,7 @@
 from django_procedures.models.lease import Lease
 from django_procedures.models.lock import KeyRequest
 from django_procedures.models.procedure_run import ProcedureRun, ProcedureRunQuerySet
+from django_procedures.models.schedule import Schedule
 from django_procedures.models.step import Step
 
-__all__ = ["KeyRequest", "Lease", "ProcedureRun", "ProcedureRunQuerySet", "Step"]
+__all__ = ["KeyRequest", "Lease", "ProcedureRun", "ProcedureRunQuerySet", "Schedule", "Step"]

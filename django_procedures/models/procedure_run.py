@@ -85,6 +85,10 @@ class ProcedureRun(models.Model):
     lease_owner = models.CharField(max_length=255, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
 
+    schedule = models.ForeignKey("django_procedures.Schedule", null=True, blank=True, on_delete=models.SET_NULL,
+                                 related_name="procedure_runs")
+    tick_at = models.DateTimeField(null=True, blank=True, help_text="The schedule tick this run stands for.")
+
     output = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     traceback = models.TextField(blank=True)
@@ -104,6 +108,9 @@ class ProcedureRun(models.Model):
         verbose_name = "procedure"
         constraints = [
             models.UniqueConstraint(fields=["key"], condition=Q(key__isnull=False), name="procedures_unique_key"),
+            # A schedule's tick starts at most one run, whatever number of tickers race.
+            models.UniqueConstraint(fields=["schedule", "tick_at"], condition=Q(schedule__isnull=False),
+                                    name="procedures_one_run_per_tick"),
         ]
         indexes = [
             # The claim: due rows in priority, then run_at order. Partial, so finished rows cost nothing.

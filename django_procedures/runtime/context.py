@@ -57,6 +57,12 @@ class Context:
         return {"procedure_id": str(self.procedure_id), "type_name": self.type_name,
                 "lease_token": self.lease_token, "attempt": self.attempt, "step": self.step_name}
 
+    def stop_schedule(self, reason: str) -> None:
+        """End the schedule that started this run: it is disabled, with ``reason`` recorded."""
+        from django_procedures.store.schedules import stop_from_run
+
+        stop_from_run(self.procedure_id, self.lease_token, reason)
+
     def ensure_active(self) -> None:
         """Raise ``NotActive`` if this run must stop: lease lost or not renewed in time, or shutdown."""
         self.activity.check()

@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,8 @@ from django_procedures.runtime.wakeup import Waker
 from django_procedures.store import fence
 from django_procedures.store.claim import claim, next_due, unknown_types
 from django_procedures.store.maintenance import maintain
+from django_procedures.store.schedules import sync_declared
+from django_procedures.store.ticks import tick
 
 logger = logging.getLogger("django_procedures.worker")
 
@@ -41,6 +43,7 @@ class WorkerOptions:
     lease_seconds: float = 30.0
     shutdown_timeout: float = 30.0
     worker_id: str = ""
+    with_scheduler: bool = False
 
 
 def new_worker_id() -> str:
@@ -76,6 +79,9 @@ class Worker:
                     ",".join(self.options.queues) if self.options.queues else "*", self.options.concurrency,
                     connection.vendor, len(self.types), self.options.lease_seconds)
         self._report_unknown_types()
+        created = sync_declared()
+        if created:
+            logger.info("worker %s: created schedules declared in code: %s", self.id, ", ".join(created))
         for t in threads:
             t.start()
         self.heartbeat.start()
@@ -105,23 +111,25 @@ class Worker:
 
     # -- main thread ----------------------------------------------------------------------
 
+    def _chores(self) -> list[_Chore]:
+        chores = [_Chore("maintenance", float(conf.SWEEP_SECONDS), maintain),
+                  _Chore("stats", float(conf.STATS_SECONDS), lambda: self._log_stats("stats"), first_run=False)]
+        if self.options.with_scheduler:
+            chores.append(_Chore("scheduler", float(conf.TICK_SECONDS), tick))
+        return chores
+
     def _main_loop(self) -> None:
-        next_sweep = next_stats = 0.0
+        chores = self._chores()
         backoff = 0.0
         while not self._stopping.is_set():
             try:
                 close_old_connections()
-                now = time.monotonic()
-                if now >= next_sweep:
-                    maintain()
-                    next_sweep = now + float(conf.SWEEP_SECONDS)
-                if now >= next_stats:
-                    if next_stats:
-                        self._log_stats("stats")
-                    next_stats = now + float(conf.STATS_SECONDS)
+                for chore in chores:
+                    chore.run_if_due()
+                next_chore = min(chore.next_at for chore in chores)
                 free = self.options.concurrency - len(self.running)
                 if free <= 0:  # every thread is busy: sleep until one finishes (it wakes us)
-                    self.waker.wait(max(0.0, min(next_sweep, next_stats) - now))
+                    self.waker.wait(max(0.0, next_chore - time.monotonic()))
                     continue
                 if self._claim(free):
                     backoff = 0.0
@@ -132,7 +140,7 @@ class Worker:
                                 float(conf.BURST_WAIT_SECONDS))
                     return
                 backoff = 0.0
-                self.waker.wait(self._idle_timeout(due, next_sweep, next_stats))
+                self.waker.wait(self._idle_timeout(due, next_chore))
             except Exception as error:  # database gone: reconnect with backoff, log once per outage
                 if not backoff:
                     logger.warning("worker %s: database error, retrying with backoff: %s", self.id, error)
@@ -157,9 +165,8 @@ class Worker:
             return False
         return (due - clock.now()).total_seconds() <= float(conf.BURST_WAIT_SECONDS)
 
-    def _idle_timeout(self, due: Any, next_sweep: float, next_stats: float) -> float:
-        now = time.monotonic()
-        timeout = min(next_sweep, next_stats) - now
+    def _idle_timeout(self, due: Any, next_chore: float) -> float:
+        timeout = next_chore - time.monotonic()
         if due is not None:
             timeout = min(timeout, (due - clock.now()).total_seconds())
         if self.options.burst:
@@ -227,15 +234,35 @@ class Worker:
                 unknown = " unknown-types=" + ",".join(f"{k}:{v}" for k, v in waiting.items())
         except Exception:  # stats must never stop the worker
             pass
-        logger.info("worker %s %s: claimed=%d succeeded=%d retried=%d failed=%d released=%d lost=%d%s", self.id,
-                    label, s["claimed"], s["succeeded"], s["retried"], s["failed"], s["released"], s["lost"],
-                    unknown)
+        logger.info("worker %s %s: claimed=%d succeeded=%d suspended=%d retried=%d failed=%d rolled_back=%d "
+                    "released=%d lost=%d%s", self.id, label, s["claimed"], s["succeeded"], s["suspended"],
+                    s["retried"], s["failed"], s["rolled_back"], s["released"], s["lost"], unknown)
 
     def _report_unknown_types(self) -> None:
         waiting = unknown_types(self.types)
         for type_name, count in waiting.items():
             logger.warning("%d ready procedures have the type %r, which this worker does not know; "
                            "they are left for a worker that does", count, type_name)
+
+
+@dataclass
+class _Chore:
+    """Periodic work of the main thread (maintenance, stats, scheduling), run when due."""
+
+    name: str
+    interval: float
+    run: Callable[[], object]
+    first_run: bool = True
+    next_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.next_at = time.monotonic() if self.first_run else time.monotonic() + self.interval
+
+    def run_if_due(self) -> None:
+        now = time.monotonic()
+        if now >= self.next_at:
+            self.next_at = now + self.interval
+            self.run()
 
 
 _STAT = {Outcome.COMPLETED: "succeeded", Outcome.SUSPENDED: "suspended", Outcome.RETRIED: "retried",

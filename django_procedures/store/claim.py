@@ -40,12 +40,13 @@ class Claim:
     depth: int = 0
     suspension: int = 0
     spawned_in: int = 0
+    schedule_id: int | None = None
     in_rollback: bool = False
     lock_keys: list[list[str]] = field(default_factory=list)
 
 
 _FIELDS = ["id", "type_name", "state", "step", "step_name", "attempt", "failures", "lost", "lease_token", "queue",
-           "parent_id", "root_id", "depth", "suspension", "spawned_in", "in_rollback", "lock_keys"]
+           "parent_id", "root_id", "depth", "suspension", "spawned_in", "schedule_id", "in_rollback", "lock_keys"]
 
 # Due rows that need no lock key decision: no keys, or keys already held from an earlier claim.
 _PG_DUE = """

@@ -17,7 +17,7 @@ from django_procedures.exceptions import LeaseLost
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.policy.retry import FailDecision, RetryDecision
 from django_procedures.policy.status import LEASED, LeaseOutcome, RunStatus, StepStatus
-from django_procedures.store import locks, tree
+from django_procedures.store import finals, tree
 from django_procedures.store.claim import Claim
 from django_procedures.store.db import db_now
 from django_procedures.store.events import send_after_commit
@@ -102,10 +102,13 @@ def _committed(claim: Claim, records: Sequence[StepRecord]) -> None:
                           step_index=r.index, step_name=r.name)
 
 
+def _lock_for_final(claim: Claim) -> None:
+    finals.lock_for_final(claim.schedule_id, claim.parent_id)
+
+
 def _finish(claim: Claim, *, failed: bool) -> None:
-    """What every final transition does besides its own columns: release keys, tell the parent."""
-    locks.release([claim.id])
-    tree.child_finished(claim.id, claim.parent_id, claim.spawned_in, failed=failed)
+    finals.finished(claim.id, parent_id=claim.parent_id, spawned_in=claim.spawned_in,
+                    schedule_id=claim.schedule_id, failed=failed)
 
 
 # -- forward progress -------------------------------------------------------------------------
@@ -130,7 +133,7 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
     """Commit the last steps and finish the procedure ``done`` with ``output``."""
     step = records[-1].index + 1 if records else claim.step
     with _transaction():
-        tree.lock_rows([claim.parent_id])
+        _lock_for_final(claim)
         fenced_update(claim, status=RunStatus.DONE, state=state, step=step, step_name="", output=output,
                       finished_at=clock.now(), error="", traceback="", **_LEASE_CLEARED)
         if records:
@@ -216,7 +219,7 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
     failed_step = record.name if record else claim.step_name
     with _transaction():
         if final:
-            tree.lock_rows([claim.parent_id])
+            _lock_for_final(claim)
         if isinstance(decision, RetryDecision):
             fenced_update(claim, at_step=claim.step, status=RunStatus.RETRYING, run_at=decision.run_at,
                           failures=decision.failures, attempt=claim.attempt + 1, error=error, traceback=traceback,
@@ -257,7 +260,7 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
 def finish_rollback(claim: Claim, record: StepRecord) -> None:
     """The rollback succeeded: ``rolled_back``, final."""
     with _transaction():
-        tree.lock_rows([claim.parent_id])
+        _lock_for_final(claim)
         fenced_update(claim, status=RunStatus.ROLLED_BACK, finished_at=clock.now(), **_LEASE_CLEARED)
         Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
                             status=StepStatus.DONE, lease_token=claim.lease_token, started_at=record.started_at,
@@ -276,7 +279,7 @@ def fail_rollback(claim: Claim, record: StepRecord, error: str, decision: RetryD
             fenced_update(claim, status=RunStatus.RETRYING, run_at=decision.run_at, failures=decision.failures,
                           attempt=claim.attempt + 1, rollback_error=error, **_LEASE_CLEARED)
         else:
-            tree.lock_rows([claim.parent_id])
+            _lock_for_final(claim)
             fenced_update(claim, status=RunStatus.FAILED, failures=claim.failures + 1, attempt=claim.attempt + 1,
                           rollback_error=error, finished_at=clock.now(), **_LEASE_CLEARED)
         Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,

@@ -13,7 +13,7 @@ from django.db.models import F
 from django_procedures import clock, signals
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.policy.status import LEASED, LeaseOutcome, RunStatus, StepStatus
-from django_procedures.store import locks, tree
+from django_procedures.store import finals, tree
 from django_procedures.store.db import db_now, db_now_plus, is_postgresql
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
@@ -78,7 +78,8 @@ def sweep_expired(limit: int = 100) -> SweepReport:
             ProcedureRun.objects.filter(status__in=LEASED, lease_expires_at__lt=db_now())
             .select_for_update(skip_locked=True).order_by("id")
             .values("id", "lease_token", "lease_owner", "step", "step_name", "attempt", "in_unsafe_step",
-                    "step_started_at", "queue", "type_name", "parent_id", "spawned_in", "in_rollback")[:limit]
+                    "step_started_at", "queue", "type_name", "parent_id", "spawned_in", "in_rollback",
+                    "schedule_id")[:limit]
         )
         for row in expired:
             fence = ProcedureRun.objects.filter(id=row["id"], lease_token=row["lease_token"])
@@ -91,8 +92,8 @@ def sweep_expired(limit: int = 100) -> SweepReport:
                              in_unsafe_step=False)
                 parked += 1
                 tree.cancel_subtree(row["id"], f"cancelled: ancestor {row['id']} failed", include_self=False)
-                locks.release([row["id"]])
-                tree.child_finished(row["id"], row["parent_id"], row["spawned_in"], failed=True)
+                finals.finished(row["id"], parent_id=row["parent_id"], spawned_in=row["spawned_in"],
+                                schedule_id=row["schedule_id"], failed=True)
                 send_after_commit(signals.procedure_failed, procedure_id=row["id"], type_name=row["type_name"],
                                   error=error)
             else:

@@ -13,7 +13,7 @@ from django_procedures import clock, signals
 from django_procedures.exceptions import InvalidOperation
 from django_procedures.models import ProcedureRun
 from django_procedures.policy.status import CLAIMABLE, FINAL, RunStatus
-from django_procedures.store import locks, tree
+from django_procedures.store import finals, tree
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
 
@@ -68,16 +68,18 @@ def cancel(procedure_id: Any, *, by: str = "") -> CancelResult:
     Cancelling a finished procedure changes nothing and says so.
     """
     with transaction.atomic():
-        row = ProcedureRun.objects.filter(id=procedure_id).values("status", "parent_id", "spawned_in").first()
+        row = (ProcedureRun.objects.filter(id=procedure_id)
+               .values("status", "parent_id", "spawned_in", "schedule_id").first())
         if row is None:
             raise InvalidOperation(f"procedure {procedure_id} does not exist")
         if row["status"] in FINAL:
             return CancelResult((), f"procedure {procedure_id} is already {row['status']}; nothing was cancelled")
-        tree.lock_rows([row["parent_id"]])
+        finals.lock_for_final(row["schedule_id"], row["parent_id"])
         reason = f"cancelled by {by}" if by else "cancelled"
         cancelled = tree.cancel_subtree(procedure_id, reason)
-        if procedure_id in cancelled or uuid.UUID(str(procedure_id)) in cancelled:
-            tree.child_finished(procedure_id, row["parent_id"], row["spawned_in"], failed=True)
+        if uuid.UUID(str(procedure_id)) in cancelled:
+            finals.finished(uuid.UUID(str(procedure_id)), parent_id=row["parent_id"], spawned_in=row["spawned_in"],
+                            schedule_id=row["schedule_id"], failed=True)
     count = len(cancelled)
     return CancelResult(tuple(cancelled), f"cancelled {count} procedure{'s' if count != 1 else ''}")
 
@@ -87,7 +89,9 @@ def fail_waiting(procedure_ids: Sequence[uuid.UUID], error: str) -> list[uuid.UU
     failed = []
     with transaction.atomic():
         rows = list(ProcedureRun.objects.filter(id__in=procedure_ids, status__in=CLAIMABLE, keys_held=False)
-                    .values("id", "parent_id", "spawned_in", "type_name"))
+                    .values("id", "parent_id", "spawned_in", "type_name", "schedule_id"))
+        for schedule_id in sorted({r["schedule_id"] for r in rows if r["schedule_id"]}):
+            finals.lock_for_final(schedule_id, None)
         tree.lock_rows([r["parent_id"] for r in rows] + [r["id"] for r in rows])
         for row in rows:
             updated = ProcedureRun.objects.filter(id=row["id"], status__in=CLAIMABLE, keys_held=False).update(
@@ -95,8 +99,8 @@ def fail_waiting(procedure_ids: Sequence[uuid.UUID], error: str) -> list[uuid.UU
                 waiting_for_keys=False)
             if not updated:
                 continue
-            locks.release([row["id"]])
-            tree.child_finished(row["id"], row["parent_id"], row["spawned_in"], failed=True)
+            finals.finished(row["id"], parent_id=row["parent_id"], spawned_in=row["spawned_in"],
+                            schedule_id=row["schedule_id"], failed=True)
             send_after_commit(signals.procedure_failed, procedure_id=row["id"], type_name=row["type_name"],
                               error=error)
             failed.append(row["id"])

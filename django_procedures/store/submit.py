@@ -92,15 +92,21 @@ def build_row(cls: type[Procedure], state: Mapping[str, Any] | None, *, key: str
     )
 
 
-def insert(rows: list[ProcedureRun]) -> list[uuid.UUID]:
+def insert(rows: list[ProcedureRun], *, skip_conflicts: bool = False) -> list[uuid.UUID]:
     """Insert ``rows`` with one INSERT; a row whose idempotency key exists is not inserted.
 
     Returns, per row, the id of the procedure that now carries it (its own or the existing one).
+    With ``skip_conflicts`` a row hitting any unique constraint (a schedule's tick that already has
+    its run) is skipped too, and its own id is left out of the result.
     """
     if not rows:
         return []
     keys = {row.key for row in rows if row.key is not None}
-    if keys:
+    if skip_conflicts:
+        ProcedureRun.objects.bulk_create(rows, ignore_conflicts=True)
+        stored = set(ProcedureRun.objects.filter(id__in=[row.id for row in rows]).values_list("id", flat=True))
+        ids = [row.id for row in rows if row.id in stored]
+    elif keys:
         ProcedureRun.objects.bulk_create(rows, ignore_conflicts=True)
         stored = dict(ProcedureRun.objects.filter(key__in=keys).values_list("key", "id"))
         ids = [stored[row.key] if row.key is not None else row.id for row in rows]

@@ -26,6 +26,9 @@ class Command(BaseCommand):
         parser.add_argument("--shutdown-timeout", type=float, default=None,
                             help="Seconds to let running steps finish after SIGTERM before releasing them "
                                  "(default: PROCEDURES['SHUTDOWN_TIMEOUT_SECONDS']).")
+        parser.add_argument("--with-scheduler", action="store_true",
+                            help="Also run a scheduling pass every PROCEDURES['TICK_SECONDS'] (safe beside Celery "
+                                 "beat and other workers doing the same).")
         parser.add_argument("--worker-id", default="", help="Name of this worker in leases and logs.")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -46,5 +49,5 @@ class Command(BaseCommand):
         queues = [q.strip() for q in options["queues"].split(",") if q.strip()] if options["queues"] else None
         worker = Worker(WorkerOptions(queues=queues, concurrency=concurrency, burst=options["burst"],
                                       lease_seconds=lease, shutdown_timeout=shutdown_timeout,
-                                      worker_id=options["worker_id"]))
+                                      worker_id=options["worker_id"], with_scheduler=options["with_scheduler"]))
         worker.run()

@@ -1,0 +1,161 @@
+"""``Schedule``: starts procedures on a cadence under overlap and missed-tick policies."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+
+from django_procedures.policy.cron import CronError, CronExpression
+from django_procedures.policy.schedule import Cadence, Missed, Mode, ScheduleSettings, every
+
+MODE_CHOICES = [(m.value, m.value.replace("_", " ")) for m in Mode]
+MISSED_CHOICES = [(m.value, m.value.replace("_", " ")) for m in Missed]
+
+
+class Schedule(models.Model):
+    """A named cadence for one procedure type; its pending ticks and metrics change only under its row lock."""
+
+    name = models.CharField(max_length=200, unique=True)
+    procedure = models.CharField(max_length=255, help_text="Type name of the procedure to start.")
+    state = models.JSONField(default=dict, blank=True, help_text="State of every run (a JSON object).")
+    mode = models.CharField(max_length=20, choices=MODE_CHOICES, default=Mode.FIXED_RATE)
+    period = models.DurationField(null=True, blank=True)
+    cron = models.CharField(max_length=100, blank=True)
+    timezone = models.CharField(max_length=64, blank=True, help_text="For cron; default TIME_ZONE.")
+    initial_delay = models.DurationField(default=timedelta(0), blank=True)
+    max_concurrency = models.PositiveIntegerField(default=1)
+    missed = models.CharField(max_length=20, choices=MISSED_CHOICES, default=Missed.SKIP)
+    max_pending = models.PositiveIntegerField(default=0)
+    max_run_time = models.DurationField(null=True, blank=True)
+    queue = models.CharField(max_length=100, blank=True)
+    enabled = models.BooleanField(default=True)
+    disabled_reason = models.TextField(blank=True)
+    from_code = models.BooleanField(default=False, editable=False)
+
+    next_tick_at = models.DateTimeField(null=True, blank=True)
+    pending_ticks = models.JSONField(default=list, blank=True, editable=False)
+    active_runs = models.PositiveIntegerField(default=0, editable=False)
+
+    runs = models.PositiveIntegerField(default=0, editable=False)
+    failures = models.PositiveIntegerField(default=0, editable=False)
+    skips = models.PositiveIntegerField(default=0, editable=False)
+    overlaps = models.PositiveIntegerField(default=0, editable=False)
+    last_tick_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_drift_ms = models.BigIntegerField(null=True, blank=True, editable=False)
+    last_elapsed_ms = models.BigIntegerField(null=True, blank=True, editable=False)
+    max_elapsed_ms = models.BigIntegerField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(period__isnull=True) | Q(period__gt=timedelta(0)),
+                                   name="procedures_schedule_period_positive"),
+            models.CheckConstraint(condition=~Q(mode="fixed_delay") | Q(period__isnull=False),
+                                   name="procedures_schedule_fixed_delay_period"),
+            models.CheckConstraint(condition=Q(period__isnull=False) | ~Q(cron=""),
+                                   name="procedures_schedule_has_cadence"),
+            models.CheckConstraint(condition=Q(mode="fixed_rate_overlap", max_concurrency__gte=2)
+                                   | (~Q(mode="fixed_rate_overlap") & Q(max_concurrency=1)),
+                                   name="procedures_schedule_concurrency_fits_mode"),
+            models.CheckConstraint(condition=~Q(missed="catch_up") | Q(max_pending__gte=1),
+                                   name="procedures_schedule_catch_up_pending"),
+        ]
+        indexes = [models.Index(fields=["next_tick_at"], condition=Q(enabled=True), name="procedures_due_sched_idx")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    # -- the cadence ---------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> ScheduleSettings:
+        return ScheduleSettings(self.mode, self.max_concurrency, self.missed, self.max_pending)
+
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone or settings.TIME_ZONE)
+
+    def cadence(self) -> Cadence:
+        """The next tick strictly after a given time: every ``period``, or the cron expression's next fire."""
+        if self.cron:
+            expression, zone = CronExpression.parse(self.cron), self.zone()
+            return lambda after: expression.next_after(after, zone)
+        assert self.period is not None
+        return every(self.period)
+
+    def pending(self) -> tuple[datetime, ...]:
+        return tuple(datetime.fromisoformat(t) for t in self.pending_ticks)
+
+    # -- validation ----------------------------------------------------------------------------
+
+    def clean(self) -> None:
+        errors = validation_errors(self)
+        if errors:
+            raise ValidationError(errors)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Metrics as a plain dict (``runs``, ``skips``, ``overlaps``, ``failures``, ``active_runs``, …)."""
+        return {
+            "name": self.name, "enabled": self.enabled, "mode": self.mode, "runs": self.runs, "skips": self.skips,
+            "overlaps": self.overlaps, "failures": self.failures, "active_runs": self.active_runs,
+            "pending_runs": len(self.pending_ticks), "last_drift_ms": self.last_drift_ms,
+            "last_elapsed_ms": self.last_elapsed_ms, "max_elapsed_ms": self.max_elapsed_ms,
+            "next_tick_at": self.next_tick_at, "last_tick_at": self.last_tick_at,
+            "disabled_reason": self.disabled_reason,
+        }
+
+
+def validation_errors(s: Schedule) -> dict[str, str]:
+    """Field -> a sentence saying what to change; shared by ``clean()`` and ``register_schedule``."""
+    from django_procedures import registry
+    from django_procedures.exceptions import UnknownProcedureType
+
+    errors: dict[str, str] = {}
+    try:
+        registry.get(s.procedure)
+    except UnknownProcedureType as error:
+        errors["procedure"] = str(error)
+    if s.period is not None and s.period <= timedelta(0):
+        errors["period"] = f"period must be positive; got {s.period.total_seconds():g} seconds"
+    if s.cron and s.period is not None:
+        errors["cron"] = "give either a period or a cron expression, not both"
+    elif not s.cron and s.period is None:
+        errors["period"] = "give a period (for example timedelta(minutes=5)) or, for rate modes, a cron expression"
+    if s.cron:
+        if s.mode == Mode.FIXED_DELAY:
+            errors["cron"] = ("fixed_delay runs a period after the previous run finishes, so it needs a period, "
+                              "not a cron expression; use mode fixed_rate for cron")
+        else:
+            try:
+                CronExpression.parse(s.cron)
+            except CronError as error:
+                errors["cron"] = str(error)
+    if s.timezone:
+        try:
+            ZoneInfo(s.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            errors["timezone"] = f"unknown time zone {s.timezone!r}; use an IANA name such as 'Europe/Berlin'"
+    if s.initial_delay is not None and s.initial_delay < timedelta(0):
+        errors["initial_delay"] = "initial_delay must not be negative"
+    if s.max_run_time is not None and s.max_run_time <= timedelta(0):
+        errors["max_run_time"] = "max_run_time must be positive, or empty for no limit"
+    try:
+        errors.update(ScheduleSettings(s.mode, s.max_concurrency, s.missed, s.max_pending).errors())
+    except ValueError as error:
+        errors["mode"] = str(error)
+    if not isinstance(s.state, dict):
+        errors["state"] = "state must be a JSON object"
+    else:
+        from django_procedures.policy.state import find_problem
+
+        problem = find_problem(s.state)
+        if problem:
+            errors["state"] = problem
+    return errors

@@ -1,0 +1,217 @@
+"""Schedules: registering them, runs finishing, trigger-now, pause/resume, and runs ending their schedule."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from django_procedures import clock, registry
+from django_procedures.exceptions import InvalidOperation, LeaseLost
+from django_procedures.models import ProcedureRun, Schedule
+from django_procedures.policy.schedule import Mode, decide_trigger, fixed_delay_next_tick, on_run_finished
+from django_procedures.policy.status import LEASED
+from django_procedures.store.submit import build_row, insert
+
+if TYPE_CHECKING:
+    from django_procedures.procedure import Procedure
+
+logger = logging.getLogger("django_procedures.schedules")
+
+#: The fields a definition in code sets; anything else on the row is the schedule's own life.
+DEFINITION = ("procedure", "mode", "period", "cron", "timezone", "initial_delay", "max_concurrency", "missed",
+              "max_pending", "max_run_time", "state", "queue")
+
+
+def first_tick(schedule: Schedule, now: datetime) -> datetime:
+    """A rate schedule with no initial delay is due at once; a cron one at its first fire time after that."""
+    start = now + (schedule.initial_delay or timedelta(0))
+    if schedule.cron:
+        return schedule.cadence()(start - timedelta(microseconds=1))
+    return start
+
+
+def register_schedule(name: str, procedure: type[Procedure] | str, *, mode: str = "fixed_rate",
+                      period: timedelta | None = None, cron: str | None = None, max_concurrency: int = 1,
+                      missed: str = "skip", max_pending: int = 0, initial_delay: timedelta = timedelta(0),
+                      max_run_time: timedelta | None = None, state: dict[str, Any] | None = None,
+                      enabled: bool = True, timezone: str | None = None, queue: str = "",
+                      update: bool = False, from_code: bool = False) -> tuple[Schedule, bool]:
+    """Create the schedule ``name``, or return the stored one (changed only with ``update=True``).
+
+    A stored definition that differs from this one is logged, so a change in
+    code is never silently ignored. Bad settings raise ``ValidationError``
+    with messages that say what to change.
+    """
+    type_name = procedure if isinstance(procedure, str) else procedure.type_name
+    wanted = Schedule(name=name, procedure=type_name, mode=str(mode), period=period, cron=cron or "",
+                      timezone=timezone or "", initial_delay=initial_delay, max_concurrency=max_concurrency,
+                      missed=str(missed), max_pending=max_pending, max_run_time=max_run_time,
+                      state=dict(state or {}), queue=queue, enabled=enabled, from_code=from_code)
+    wanted.clean()
+    with transaction.atomic():
+        existing = Schedule.objects.select_for_update().filter(name=name).first()
+        if existing is None:
+            wanted.next_tick_at = first_tick(wanted, clock.now())
+            wanted.save()
+            return wanted, True
+        changed = [f for f in DEFINITION if getattr(existing, f) != getattr(wanted, f)]
+        if changed and not update:
+            logger.warning("schedule %r differs from its definition in code (%s); left unchanged: pass "
+                           "update=True to apply it", name, ", ".join(changed))
+        elif changed:
+            for f in changed:
+                setattr(existing, f, getattr(wanted, f))
+            if {"mode", "period", "cron", "timezone", "initial_delay"} & set(changed):
+                existing.next_tick_at = first_tick(existing, clock.now()) if existing.enabled else None
+            existing.save()
+            logger.info("schedule %r updated: %s", name, ", ".join(changed))
+        return existing, False
+
+
+# -- schedules declared in code, synced on post_migrate and at worker start --------------------
+
+_declared: dict[str, dict[str, Any]] = {}
+
+
+def declare_schedule(name: str, procedure: type[Procedure] | str, **options: Any) -> None:
+    """Declare a schedule in code (for example in ``procedures.py``); it is written to the database on
+    ``post_migrate`` and at worker start, never at import. Takes ``register_schedule``'s options."""
+    _declared[name] = {"procedure": procedure, **options}
+
+
+def sync_declared() -> list[str]:
+    """Register every declared schedule; returns the names created."""
+    created = []
+    for name, options in _declared.items():
+        try:
+            _, was_created = register_schedule(name, from_code=True, **options)
+        except ValidationError as error:
+            logger.error("schedule %r declared in code is invalid: %s", name, "; ".join(error.messages))
+            continue
+        if was_created:
+            created.append(name)
+    return created
+
+
+# -- a run of a schedule reaching a final status -------------------------------------------------
+
+
+def run_rows(schedule: Schedule, ticks: Sequence[datetime], now: datetime) -> list[ProcedureRun]:
+    """Unsaved runs of ``schedule`` standing for ``ticks``."""
+    cls = registry.get(schedule.procedure)
+    rows = []
+    for tick_at in ticks:
+        row = build_row(cls, schedule.state, key=None, queue=schedule.queue or None, priority=None, run_after=None,
+                        now=now, parent=None)
+        row.schedule_id, row.tick_at = schedule.id, tick_at
+        rows.append(row)
+    return rows
+
+
+def start_runs(schedule: Schedule, ticks: Sequence[datetime], now: datetime) -> int:
+    """Insert runs for ``ticks``; a tick that already has a run (another ticker won) starts nothing."""
+    if not ticks:
+        return 0
+    return len(insert(run_rows(schedule, ticks, now), skip_conflicts=True))
+
+
+def _elapsed_ms(procedure_id: uuid.UUID, now: datetime) -> int | None:
+    started = ProcedureRun.objects.filter(id=procedure_id).values_list("started_at", "created_at").first()
+    begin = started and (started[0] or started[1])
+    return int((now - begin).total_seconds() * 1000) if begin else None
+
+
+def run_finished(schedule_id: int, procedure_id: uuid.UUID, *, failed: bool) -> None:
+    """In the run's final transaction (schedule row locked first): metrics, a freed slot, the next tick."""
+    schedule = Schedule.objects.filter(id=schedule_id).first()
+    if schedule is None:
+        return
+    now = clock.now()
+    elapsed = _elapsed_ms(procedure_id, now)
+    schedule.active_runs = max(schedule.active_runs - 1, 0)
+    if failed:
+        schedule.failures += 1
+    else:
+        schedule.runs += 1
+    if elapsed is not None:
+        schedule.last_elapsed_ms = elapsed
+        schedule.max_elapsed_ms = max(schedule.max_elapsed_ms or 0, elapsed)
+    fields = ["active_runs", "failures", "runs", "last_elapsed_ms", "max_elapsed_ms"]
+    if schedule.mode == Mode.FIXED_DELAY:
+        if schedule.enabled and schedule.period:
+            schedule.next_tick_at = fixed_delay_next_tick(now, schedule.period)
+            fields.append("next_tick_at")
+    else:
+        decision = on_run_finished(schedule.settings, active_after=schedule.active_runs,
+                                   pending=schedule.pending(), enabled=schedule.enabled)
+        started = start_runs(schedule, decision.start, now)
+        schedule.active_runs += started
+        schedule.overlaps += decision.overlaps
+        schedule.pending_ticks = [t.isoformat() for t in decision.pending]
+        fields += ["overlaps", "pending_ticks"]
+    Schedule.objects.filter(id=schedule.id).update(**{f: getattr(schedule, f) for f in fields})
+
+
+# -- operator and run operations ------------------------------------------------------------------
+
+
+def _locked(schedule: Schedule | int | str) -> Schedule:
+    key = schedule.pk if isinstance(schedule, Schedule) else schedule
+    lookup = {"name": key} if isinstance(key, str) else {"pk": key}
+    found = Schedule.objects.select_for_update().filter(**lookup).first()
+    if found is None:
+        raise InvalidOperation(f"no schedule {key!r}")
+    return found
+
+
+def trigger(schedule: Schedule | int | str) -> dict[str, int]:
+    """Trigger now: a tick at the current time, obeying the concurrency bound and the missed-tick policy."""
+    now = clock.now()
+    with transaction.atomic():
+        s = _locked(schedule)
+        if not s.enabled:
+            raise InvalidOperation(f"schedule {s.name!r} is paused; resume it first")
+        decision = decide_trigger(s.settings, now=now, next_tick_at=s.next_tick_at, active=s.active_runs,
+                                  pending=s.pending())
+        started = start_runs(s, decision.start, now)
+        Schedule.objects.filter(id=s.id).update(
+            active_runs=s.active_runs + started, pending_ticks=[t.isoformat() for t in decision.pending],
+            skips=s.skips + decision.skips, overlaps=s.overlaps + decision.overlaps,
+            next_tick_at=decision.next_tick_at if s.mode != Mode.FIXED_DELAY or not started else None)
+    return {"started": started, "pending": len(decision.pending), "skipped": decision.skips}
+
+
+def pause(schedule: Schedule | int | str, *, reason: str = "paused") -> None:
+    with transaction.atomic():
+        s = _locked(schedule)
+        Schedule.objects.filter(id=s.id).update(enabled=False, disabled_reason=reason)
+
+
+def resume(schedule: Schedule | int | str) -> None:
+    """Enable again; the next tick is due now (a missed stretch counts as one tick, not a burst)."""
+    with transaction.atomic():
+        s = _locked(schedule)
+        if s.enabled:
+            return
+        next_tick = clock.now() if s.mode != Mode.FIXED_DELAY or not s.active_runs else None
+        Schedule.objects.filter(id=s.id).update(enabled=True, disabled_reason="", next_tick_at=next_tick)
+
+
+def stop_from_run(procedure_id: uuid.UUID, lease_token: int, reason: str) -> None:
+    """A run ends its own schedule: disabled, with the reason recorded (only while the run holds its lease)."""
+    schedule_id = ProcedureRun.objects.filter(id=procedure_id).values_list("schedule_id", flat=True).first()
+    if schedule_id is None:
+        raise InvalidOperation(f"procedure {procedure_id} was not started by a schedule")
+    with transaction.atomic():
+        s = _locked(schedule_id)
+        if not ProcedureRun.objects.filter(id=procedure_id, lease_token=lease_token, status__in=LEASED).exists():
+            raise LeaseLost(f"procedure {procedure_id} is no longer held by lease token {lease_token}")
+        Schedule.objects.filter(id=s.id).update(enabled=False, disabled_reason=f"stopped by run {procedure_id}: "
+                                                f"{reason}")
+    logger.info("schedule %r stopped by its run %s: %s", s.name, procedure_id, reason)
