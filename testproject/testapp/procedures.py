@@ -268,3 +268,89 @@ class KeyHolder(Procedure):
             time.sleep(0.02)
             if flag and time.monotonic() > deadline + 60:
                 raise RuntimeError("flag never appeared")
+
+
+# -- trees in real worker processes (tests/runtime/test_tree_processes.py) -----------------------
+
+
+def _wait_for_file(path, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not Path(path).exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} never appeared")
+        time.sleep(0.02)
+
+
+class Gated(Procedure):
+    """A child like Leaf (returns ``n`` * 2) that writes ``marker``, then waits for the ``flag`` file, then ends.
+
+    Optional ``keys`` as Leaf. Its one step is atomic and tiny once the flag exists,
+    so a test can hold it back and then catch its final transaction.
+    """
+
+    type_name = "testapp.Gated"
+    retry = FAST_RETRY
+
+    def lock_keys(self):
+        return [LockKey(name, mode) for name, mode in self.state.get("keys", [])]
+
+    @step
+    def work(self, ctx):
+        _effect(ctx, "gated")
+        if self.state.get("marker"):
+            Path(self.state["marker"]).write_text(str(os.getpid()))
+        if self.state.get("flag"):
+            _wait_for_file(self.state["flag"], "flag")
+        return Status.done(output=self.state.get("n", 0) * 2)
+
+
+class Spawner(Procedure):
+    """A parent whose children are spelled out: ``children`` is a list of ``{"state": {...}, "gated": bool,
+    "priority": int}`` (a Gated child if ``gated``, else a Leaf); ``collect`` sums what the done ones returned.
+
+    ``keys``: its own lock keys. ``gate``: a file the spawn step waits for before spawning. ``marker`` /
+    ``sleep`` ({"spawn": seconds}): the spawn step writes ``<marker>.spawn`` and sleeps after its Effect row
+    and before it returns ``Status.suspended`` -- on its first attempt only. ``collect`` and ``rollback``
+    write an Effect row each, so a test can count how often they committed.
+    """
+
+    type_name = "testapp.Spawner"
+    retry = FAST_RETRY
+
+    def lock_keys(self):
+        return [LockKey(name, mode) for name, mode in self.state.get("keys", [])]
+
+    @step
+    def spawn(self, ctx):
+        _effect(ctx, "spawn")
+        if self.state.get("gate"):
+            _wait_for_file(self.state["gate"], "gate")
+        if ctx.attempt == 1:
+            _pause(self, ctx, "spawn")
+        children = []
+        for spec in self.state["children"]:
+            cls = Gated if spec.get("gated") else Leaf
+            children.append(cls(spec.get("state", {}), priority=spec.get("priority", 0)))
+        return Status.suspended(children)
+
+    @step
+    def collect(self, ctx):
+        _effect(ctx, "collect")
+        self.state["seen"] = [[c.status, c.output] for c in ctx.children]
+        return Status.done(output=sum(c.output for c in ctx.children if c.status == "done"))
+
+    def rollback(self, ctx):
+        _effect(ctx, "rollback")
+
+
+class Heartbeat(Procedure):
+    """A scheduled no-op that records its tick; ``stop_after`` ends its schedule from the run."""
+
+    type_name = "testapp.Heartbeat"
+
+    @step
+    def beat(self, ctx):
+        _effect(ctx, "beat")
+        _pause(self, ctx, "beat")
+        if self.state.get("stop"):
+            ctx.stop_schedule(self.state["stop"])
