@@ -52,6 +52,11 @@ def step(
         timeout = timeout.total_seconds()
     if timeout is not None and timeout <= 0:
         raise ValueError(f"step timeout must be positive; got {timeout}")
+    if not idempotent and timeout is not None:
+        raise TypeError(
+            "a step with idempotent=False cannot have a timeout: a timed-out attempt would be retried while it "
+            "may still be running; drop timeout= (or make the step idempotent)"
+        )
     if not idempotent and atomic:
         raise TypeError(
             "a step with idempotent=False cannot be atomic: it stands for an effect outside the database; "
@@ -225,8 +230,9 @@ class Procedure:
 
 
 def _collect_steps(cls: type[Procedure]) -> tuple[StepSpec, ...]:
-    if cls.uses_execute():
-        return (StepSpec("execute"),)
+    if cls.uses_execute():  # @step(atomic=False, ...) on execute() applies to every call
+        spec = getattr(cls.execute, "_procedure_step", None)
+        return (StepSpec("execute", spec.atomic, spec.idempotent, spec.timeout) if spec else StepSpec("execute"),)
     specs: dict[str, StepSpec] = {}
     for klass in reversed(cls.__mro__):
         for attr, value in vars(klass).items():

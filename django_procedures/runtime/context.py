@@ -30,10 +30,15 @@ class Activity:
         return self._lost
 
     def check(self) -> None:
-        if self._lost is not None:
-            raise NotActive(self._lost)
+        """Before (or inside) a step: stop if the lease is gone or the worker is shutting down."""
+        self.check_lease()
         if self.stopping.is_set():
             raise ShuttingDown("the worker is shutting down")
+
+    def check_lease(self) -> None:
+        """After a step returned: only a lost lease stops its result (a shutdown lets it commit)."""
+        if self._lost is not None:
+            raise NotActive(self._lost)
 
 
 @dataclass

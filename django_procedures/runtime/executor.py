@@ -23,6 +23,10 @@ from django_procedures.store.db import is_conflict
 __all__ = ["Outcome", "RunningClaim", "execute", "fail_overdue"]
 
 
+#: Times an atomic step's transaction is run again after a deadlock or serialization failure.
+_CONFLICT_TRIES = 5
+
+
 class _StepFailed(Exception):
     def __init__(self, record: fence.StepRecord, error: BaseException, trace: str) -> None:
         super().__init__(str(error))
@@ -87,11 +91,27 @@ def execute(running: RunningClaim) -> Outcome:
         # A worker frozen past its lease (SIGSTOP, VM pause) finds its step's transaction cut by
         # idle_in_transaction_session_timeout when it wakes. If the lease moved meanwhile, this is the
         # fenced-out case (drop the result, log once at INFO), not an error.
-        if not _lease_moved(running):
-            raise
-        logger.info("procedure %s: lease token %s was lost (its transaction ended with: %s); dropping this "
-                    "worker's result", claim.id, claim.lease_token, error, extra=log_extra(claim))
-        return Outcome.LOST
+        if _lease_moved(running):
+            logger.info("procedure %s: lease token %s was lost (its transaction ended with: %s); dropping this "
+                        "worker's result", claim.id, claim.lease_token, error, extra=log_extra(claim))
+            return Outcome.LOST
+        # Still ours: the database refused the step's transaction (cut while idle, or a conflict that kept
+        # coming back). That is a failed attempt, recorded on a fresh connection and retried by the policy.
+        record = fence.StepRecord(claim.step, claim.step_name, claim.attempt, clock.now(), clock.now())
+        failed = _StepFailed(record, DatabaseError(_database_hint(error)), tb.format_exc())
+        try:
+            return _record_failure(procedure, cls, running, failed)
+        except LeaseLost:
+            return Outcome.LOST
+
+
+def _database_hint(error: DatabaseError) -> str:
+    text = str(error).strip()
+    if "idle-in-transaction" in text or "idle_in_transaction" in text:
+        return (f"{text} (the step's transaction stayed idle longer than idle_in_transaction_session_timeout: "
+                "move slow non-database work to a @step(atomic=False) step, or raise "
+                "PROCEDURES['IDLE_IN_TRANSACTION_TIMEOUT_SECONDS'])")
+    return text
 
 
 def _lease_moved(running: RunningClaim) -> bool:
@@ -113,7 +133,7 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
     """Run ``first`` and the steps it chains with ``persist=False``; None after a checkpoint."""
     claim = running.claim
     saved_state = copy.deepcopy(claim.state)
-    for conflict_try in range(1, 6):
+    for conflict_try in range(1, _CONFLICT_TRIES + 1):
         procedure.state = copy.deepcopy(saved_state)
         try:
             if first.atomic:
@@ -128,16 +148,18 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
         except _Interrupted:
             return interrupted(running)
         except DatabaseError as error:
-            if not (first.atomic and is_conflict(error) and not transaction.get_connection().in_atomic_block):
+            retry = first.atomic and is_conflict(error) and not transaction.get_connection().in_atomic_block
+            if not retry or conflict_try == _CONFLICT_TRIES:
                 raise
             logger.info("procedure %s: step transaction hit %s; running it again (%d)", claim.id, error,
                         conflict_try, extra=log_extra(claim))
-    raise AssertionError("unreachable")  # pragma: no cover - the fifth conflict re-raises above
+    return None  # pragma: no cover - the loop returns or raises
 
 
 def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, running: RunningClaim) -> Outcome | None:
     claim, activity = running.claim, running.activity
     index, attempt = claim.step, claim.attempt
+    running.group_step = claim.step
     records: list[fence.StepRecord] = []
     while True:
         ctx = Context(procedure_id=claim.id, type_name=claim.type_name, attempt=attempt, step_index=index,
@@ -155,7 +177,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             elapsed = time.monotonic() - t0
             if spec.timeout is not None and elapsed > spec.timeout:
                 raise TimeoutError(f"step {spec.name} ran {elapsed:.1f}s, past its timeout of {spec.timeout}s")
-            activity.check()
+            activity.check_lease()
         except NotActive as error:
             raise _Interrupted() from error
         except Exception as error:
@@ -178,7 +200,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             fence.complete(claim, records, procedure.state, status.output)
             return Outcome.COMPLETED
         if status.kind == "executing" and not status.persist and following.idempotent:
-            index, attempt, spec = index + 1, 1, following
+            index, spec = index + 1, following  # the group is one try: its steps share its attempt number
             continue
         fence.checkpoint(claim, records, procedure.state, following.name)
         return None
@@ -241,7 +263,7 @@ def fail_overdue(running: RunningClaim) -> bool:
     try:
         # The step's thread is still busy: a rollback is handed to the next claim, never run on this thread.
         fence.fail_attempt(claim, record, error_text(error), "", decision, rollback=cls.has_rollback(),
-                           hand_off=True)
+                           hand_off=True, at_step=running.group_step)
     except LeaseLost:
         return False
     return True

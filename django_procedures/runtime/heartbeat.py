@@ -61,7 +61,7 @@ class Heartbeat(threading.Thread):
             return
         self.last_success = started
         for r in claims:
-            if r.claim.id not in held:
+            if (r.claim.id, r.claim.lease_token) not in held:
                 r.activity.lose(f"lease token {r.claim.lease_token} was taken over or cancelled")
             elif r.deadline is not None and time.monotonic() > r.deadline and fail_overdue(r):
                 logger.warning("procedure %s: step %s ran past its timeout; attempt failed, result fenced out",

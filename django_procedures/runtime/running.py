@@ -39,6 +39,8 @@ class RunningClaim:
     step_index: int = 0
     step_attempt: int = 1
     step_started_at: datetime | None = None
+    #: The committed step count when the step in flight began (a timeout failure is fenced on it).
+    group_step: int = 0
     #: ``time.monotonic()`` after which the step in flight has run past its timeout.
     deadline: float | None = None
 

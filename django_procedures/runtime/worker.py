@@ -58,7 +58,10 @@ class Worker:
         self.id = options.worker_id or new_worker_id()
         self.types = registry.type_names()
         self.stats: Counter[str] = Counter()
-        self.running: dict[uuid.UUID, RunningClaim] = {}
+        # Held claims by fencing token: a timed-out step's thread may still be busy with an old token
+        # of a procedure this worker claimed again.
+        self.running: dict[tuple[uuid.UUID, int], RunningClaim] = {}
+        self.busy = 0  # executor threads at work (not claims: an abandoned step still occupies its thread)
         self._lock = threading.Lock()
         self._work: queue.SimpleQueue[RunningClaim | None] = queue.SimpleQueue()
         self._stopping = threading.Event()
@@ -127,7 +130,7 @@ class Worker:
                 for chore in chores:
                     chore.run_if_due()
                 next_chore = min(chore.next_at for chore in chores)
-                free = self.options.concurrency - len(self.running)
+                free = self.options.concurrency - self.busy
                 if free <= 0:  # every thread is busy: sleep until one finishes (it wakes us)
                     self.waker.wait(max(0.0, next_chore - time.monotonic()))
                     continue
@@ -135,7 +138,7 @@ class Worker:
                     backoff = 0.0
                     continue
                 due = next_due(type_names=self.types, queues=self.options.queues)
-                if self.options.burst and not self.running and not self._due_soon(due):
+                if self.options.burst and not self.busy and not self._due_soon(due):
                     logger.info("worker %s: nothing due within %gs; --burst exits", self.id,
                                 float(conf.BURST_WAIT_SECONDS))
                     return
@@ -155,7 +158,8 @@ class Worker:
         for c in claims:
             running = RunningClaim(c)
             with self._lock:
-                self.running[c.id] = running
+                self.running[(c.id, c.lease_token)] = running
+                self.busy += 1
             self.stats["claimed"] += 1
             self._work.put(running)
         return len(claims)
@@ -190,7 +194,8 @@ class Worker:
                     outcome = Outcome.LOST
                 self.stats[_STAT[outcome]] += 1
                 with self._lock:
-                    self.running.pop(running.claim.id, None)
+                    self.running.pop((running.claim.id, running.claim.lease_token), None)
+                    self.busy -= 1
                 self.waker.wake()
         finally:
             connection.close()

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from django.db import DatabaseError, connection
 from django.db.models import DateTimeField, Expression
 from django.db.models.expressions import RawSQL, Value
 from django.utils import timezone
-
-T = TypeVar("T")
 
 #: deadlock_detected and serialization_failure: retried as a transaction, never a lost lease.
 RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
@@ -50,15 +46,3 @@ def sqlstate(error: BaseException) -> str | None:
 def is_conflict(error: BaseException) -> bool:
     """A deadlock or serialization failure: the transaction may simply be run again."""
     return isinstance(error, DatabaseError) and sqlstate(error) in RETRYABLE_SQLSTATES
-
-
-def retry_conflicts(fn: Callable[[], T], attempts: int = 5) -> T:
-    """Run the transaction ``fn`` again when it dies of a deadlock or serialization failure."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except DatabaseError as error:
-            if attempt == attempts or not is_conflict(error) or connection.in_atomic_block:
-                raise
-            time.sleep(0.01 * attempt)
-    raise AssertionError("unreachable")

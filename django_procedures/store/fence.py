@@ -203,7 +203,8 @@ def wait_or_continue(claim: Claim) -> str:
 
 
 def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback: str,
-                 decision: RetryDecision | FailDecision, *, rollback: bool = False, hand_off: bool = False) -> None:
+                 decision: RetryDecision | FailDecision, *, rollback: bool = False, hand_off: bool = False,
+                 at_step: int | None = None) -> None:
     """Record a failed attempt (``record``; None when no step ran) and apply ``decision``.
 
     A permanent failure cancels the procedure's unfinished descendants. With
@@ -217,22 +218,23 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
     retrying = isinstance(decision, RetryDecision)
     final = not retrying and not rollback
     failed_step = record.name if record else claim.step_name
+    at_step = claim.step if at_step is None else at_step
     with _transaction():
         if final:
             _lock_for_final(claim)
         if isinstance(decision, RetryDecision):
-            fenced_update(claim, at_step=claim.step, status=RunStatus.RETRYING, run_at=decision.run_at,
+            fenced_update(claim, at_step=at_step, status=RunStatus.RETRYING, run_at=decision.run_at,
                           failures=decision.failures, attempt=claim.attempt + 1, error=error, traceback=traceback,
                           **_LEASE_CLEARED)
         elif rollback:
             lease = {"status": RunStatus.READY, "run_at": clock.now(), **_LEASE_CLEARED} if hand_off else {
                 "status": RunStatus.ROLLING_BACK, "in_unsafe_step": False}
-            fenced_update(claim, at_step=claim.step, in_rollback=True, failures=0, lost=0, attempt=1, error=error,
+            fenced_update(claim, at_step=at_step, in_rollback=True, failures=0, lost=0, attempt=1, error=error,
                           traceback=traceback, failed_step=failed_step, failure_can_retry=decision.manual_retry,
                           **lease)
         else:
             tried = 1 if record is not None else 0  # poisonous or removed steps fail without an attempt
-            fenced_update(claim, at_step=claim.step, status=RunStatus.FAILED, failures=claim.failures + tried,
+            fenced_update(claim, at_step=at_step, status=RunStatus.FAILED, failures=claim.failures + tried,
                           attempt=claim.attempt + tried, error=error, traceback=traceback, failed_step=failed_step,
                           failure_can_retry=decision.manual_retry, finished_at=clock.now(), **_LEASE_CLEARED)
         if record is not None:

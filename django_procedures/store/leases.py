@@ -29,14 +29,14 @@ WHERE id IN (
     WHERE r.status IN ('running', 'rolling_back')
     ORDER BY r.id FOR UPDATE
 )
-RETURNING id
+RETURNING id, lease_token
 """
 
 
-def renew(held: Iterable[tuple[UUID, int]], lease_seconds: float) -> set[UUID]:
+def renew(held: Iterable[tuple[UUID, int]], lease_seconds: float) -> set[tuple[UUID, int]]:
     """Extend every lease in ``held`` (``(id, token)`` pairs) in one fenced statement.
 
-    Returns the ids still held; a missing id means that lease moved (expired
+    Returns the pairs still held; a missing pair means that lease moved (expired
     and reclaimed, or cancelled) and its worker must stop writing.
     """
     held = list(held)
@@ -46,13 +46,13 @@ def renew(held: Iterable[tuple[UUID, int]], lease_seconds: float) -> set[UUID]:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(_PG_RENEW.format(run=ProcedureRun._meta.db_table), {
                 "lease": float(lease_seconds), "ids": [i for i, _ in held], "tokens": [t for _, t in held]})
-            return {row[0] for row in cursor.fetchall()}
+            return {(row[0], row[1]) for row in cursor.fetchall()}
     renewed = set()
     with transaction.atomic():
         for pid, token in sorted(held):
             if ProcedureRun.objects.filter(id=pid, lease_token=token, status__in=LEASED).update(
                     lease_expires_at=db_now_plus(lease_seconds)):
-                renewed.add(pid)
+                renewed.add((pid, token))
     return renewed
 
 

@@ -295,3 +295,50 @@ def test_non_retryable_is_a_procedures_error():
     from django_procedures.exceptions import ProceduresError
 
     assert issubclass(NonRetryable, ProceduresError)
+
+
+def test_non_idempotent_steps_cannot_have_a_timeout():
+    with pytest.raises(TypeError, match="cannot have a timeout"):
+        step(idempotent=False, timeout=5)
+
+
+class NonAtomicMachine(Procedure):
+    type_name = "tests.NonAtomicMachine"
+
+    @step(atomic=False)
+    def execute(self, ctx):
+        from django.db import connection
+
+        self.state["in_transaction"] = connection.in_atomic_block
+        return Status.done()
+
+
+def test_step_options_on_execute_apply_to_every_call():
+    assert NonAtomicMachine.steps[0].atomic is False
+
+
+class ChainedFlaky(Procedure):
+    """Two steps chained without a checkpoint; the second fails on the group's first try."""
+
+    type_name = "tests.ChainedFlaky"
+    retry = __import__("django_procedures").RetryPolicy(max_attempts=3, initial_delay=0, jitter=0)
+
+    @step
+    def first(self, ctx):
+        self.state.setdefault("first_attempts", []).append(ctx.attempt)
+        return Status.executing(persist=False)
+
+    @step
+    def second(self, ctx):
+        if ctx.attempt == 1:
+            raise RuntimeError("once")
+        self.state["second_attempt"] = ctx.attempt
+
+
+def test_steps_chained_without_a_checkpoint_share_the_groups_attempt_number():
+    handle = ChainedFlaky.submit()
+    drain()
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert run.status == "done"
+    assert run.state == {"first_attempts": [2], "second_attempt": 2}  # the failed try's state was discarded
+    assert steps_of(handle) == [("second", 1, "failed"), ("first", 2, "done"), ("second", 2, "done")]

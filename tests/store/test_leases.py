@@ -44,7 +44,7 @@ def test_renew_extends_only_leases_still_held():
     a, b = claim("w", type_names=TYPES, limit=2, lease_seconds=5)
     ProcedureRun.objects.filter(id=b.id).update(lease_token=b.lease_token + 1)  # taken over
     held = renew([(a.id, a.lease_token), (b.id, b.lease_token)], lease_seconds=60)
-    assert held == {a.id}
+    assert held == {(a.id, a.lease_token)}
     expires = ProcedureRun.objects.get(id=a.id).lease_expires_at
     assert expires - timezone.now() > timedelta(seconds=50)
 

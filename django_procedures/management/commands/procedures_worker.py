@@ -33,14 +33,16 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         sqlite = connection.vendor == "sqlite"
-        concurrency = options["concurrency"] or conf.CONCURRENCY or (1 if sqlite else 4)
+        concurrency = options["concurrency"]
+        if concurrency is None:
+            concurrency = conf.CONCURRENCY or (1 if sqlite else 4)
         if concurrency < 1:
             raise CommandError(f"--concurrency must be at least 1; got {concurrency}")
         if sqlite and concurrency > 1:
             raise CommandError(
                 f"--concurrency {concurrency} is not possible on SQLite, which allows one writer at a time: "
                 "run one worker process with --concurrency 1, or use PostgreSQL for concurrent workers")
-        lease = options["lease_seconds"] or float(conf.LEASE_SECONDS)
+        lease = float(conf.LEASE_SECONDS) if options["lease_seconds"] is None else options["lease_seconds"]
         if lease <= 0:
             raise CommandError(f"--lease-seconds must be positive; got {lease}")
         shutdown_timeout = options["shutdown_timeout"]
