@@ -108,7 +108,7 @@ def _lock_for_final(claim: Claim) -> None:
 
 def _finish(claim: Claim, *, failed: bool) -> None:
     finals.finished(claim.id, parent_id=claim.parent_id, spawned_in=claim.spawned_in,
-                    schedule_id=claim.schedule_id, failed=failed)
+                    schedule_id=claim.schedule_id, failed=failed, has_keys=bool(claim.lock_keys))
 
 
 # -- forward progress -------------------------------------------------------------------------

@@ -16,11 +16,15 @@ def lock_for_final(schedule_id: int | None, parent_id: uuid.UUID | None) -> None
 
 
 def finished(procedure_id: uuid.UUID, *, parent_id: uuid.UUID | None, spawned_in: int, schedule_id: int | None,
-             failed: bool) -> None:
-    """Release the procedure's lock keys, count it off its parent, and complete its schedule run."""
+             failed: bool, has_keys: bool = True) -> None:
+    """Release the procedure's lock keys, count it off its parent, and complete its schedule run.
+
+    ``has_keys=False`` (the procedure was submitted without lock keys) saves the key lookup.
+    """
     from django_procedures.store import schedules
 
-    locks.release([procedure_id])
+    if has_keys:
+        locks.release([procedure_id])
     tree.child_finished(procedure_id, parent_id, spawned_in, failed=failed)
     if schedule_id is not None:
         schedules.run_finished(schedule_id, procedure_id, failed=failed)
