@@ -11,7 +11,7 @@ from django.db import DatabaseError, transaction
 
 from django_procedures import clock, registry
 from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
-from django_procedures.policy.retry import RetryDecision, decide_failure, is_poisonous
+from django_procedures.policy.retry import FailDecision, RetryDecision, decide_failure, is_poisonous
 from django_procedures.policy.state import find_problem
 from django_procedures.procedure import Procedure, Status, StepSpec
 from django_procedures.runtime import hooks
@@ -57,9 +57,15 @@ def execute(running: RunningClaim) -> Outcome:
     Procedure.__init__(procedure, copy.deepcopy(claim.state))
     try:
         if is_poisonous(cls.retry, claim.lost):
-            return hooks.fail_now(procedure, cls, running, f"worker lost {claim.lost} times during step "
-                                  f"{claim.step_name}; giving up as poisonous (RetryPolicy.max_lost="
-                                  f"{cls.retry.max_lost})")
+            where = "the rollback" if claim.in_rollback else f"step {claim.step_name}"
+            message = (f"worker lost {claim.lost} times during {where}; giving up as poisonous "
+                       f"(RetryPolicy.max_lost={cls.retry.max_lost})")
+            if claim.in_rollback:
+                now = clock.now()
+                fence.fail_rollback(claim, fence.StepRecord(claim.step, "rollback", claim.attempt, now, now),
+                                    message, FailDecision(message, manual_retry=True))
+                return Outcome.FAILED
+            return hooks.fail_now(procedure, cls, running, message)
         if claim.in_rollback:
             return hooks.run_rollback(procedure, cls, running)
         if claim.suspension:
@@ -199,7 +205,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         if following is None:
             fence.complete(claim, records, procedure.state, status.output)
             return Outcome.COMPLETED
-        if status.kind == "executing" and not status.persist and following.idempotent:
+        if status.kind == "executing" and not status.persist and spec.idempotent and following.idempotent:
             index, spec = index + 1, following  # the group is one try: its steps share its attempt number
             continue
         fence.checkpoint(claim, records, procedure.state, following.name)
@@ -214,9 +220,11 @@ def _suspend(procedure: Procedure, claim: Any, records: list[fence.StepRecord], 
             f"Status.suspended takes instances of concrete Procedure classes, like Child(state={{...}}); "
             f"got {bad[0]!r}"), "")
     try:
-        fence.suspend(claim, records, procedure.state, following.name if following else "", status.children)
-    except TypeError as error:  # a child's state or options were refused before anything was written
-        raise _StepFailed(record, NonRetryable(str(error)), "") from error
+        rows = fence.child_rows(claim, status.children)
+    except Exception as error:  # a child's state, options or lock keys were refused; nothing was written
+        raise _StepFailed(record, NonRetryable(f"cannot submit the children: {error_text(error)}"),
+                          tb.format_exc()) from error
+    fence.suspend(claim, records, procedure.state, following.name if following else "", rows)
 
 
 def _normalise(result: Any, cls: type[Procedure]) -> Status:

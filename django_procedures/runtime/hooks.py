@@ -68,6 +68,7 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
     """Run ``rollback(ctx)`` under the lease; retried with the procedure's policy like a step."""
     claim = running.claim
     started = clock.now()
+    running.current = None  # a shutdown now releases the procedure; its rollback resumes elsewhere
     record = fence.StepRecord(claim.step, "rollback", claim.attempt, started, started)
     try:
         with transaction.atomic() if cls.rollback_atomic else nullcontext():
@@ -84,7 +85,8 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
     except Exception as error:
         record = fence.StepRecord(claim.step, "rollback", claim.attempt, started, clock.now())
         retryable = not isinstance(error, (NonRetryable, *cls.retry.non_retryable))
-        decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=retryable)
+        decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=retryable,
+                                  manual_retry=getattr(error, "manual_retry", True))
         fence.fail_rollback(claim, record, error_text(error), decision)
         logger.warning("procedure %s: rollback attempt %s failed: %s", claim.id, claim.attempt, error_text(error))
         return Outcome.RETRIED if isinstance(decision, RetryDecision) else Outcome.FAILED

@@ -144,16 +144,10 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
     send_after_commit(signals.procedure_done, procedure_id=claim.id, type_name=claim.type_name)
 
 
-def suspend(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str,
-            children: Sequence[Procedure]) -> None:
-    """Checkpoint, insert ``children`` and wait for them, all in one transaction.
-
-    ``next_step`` is where the parent resumes once every child is final ("" when
-    the suspending step was its last: it then finishes ``done``).
-    """
+def child_rows(claim: Claim, children: Sequence[Procedure]) -> list[ProcedureRun]:
+    """The unsaved rows of a suspension's children; raises before anything is written if one is refused."""
     now = clock.now()
-    suspension = claim.suspension + 1
-    here = Parent(claim.id, claim.root_id or claim.id, claim.depth, suspension)
+    here = Parent(claim.id, claim.root_id or claim.id, claim.depth, claim.suspension + 1)
     rows = []
     for i, child in enumerate(children):
         options = child.options
@@ -163,12 +157,23 @@ def suspend(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], 
         rows.append(build_row(type(child), child.state, key=None, queue=options.get("queue"),
                               priority=options.get("priority"), run_after=options.get("run_after"), now=now,
                               parent=here, where=f"children[{i}].state", position=i))
+    return rows
+
+
+def suspend(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str,
+            rows: Sequence[ProcedureRun]) -> None:
+    """Checkpoint, insert the children's ``rows`` (from :func:`child_rows`) and wait for them, in one transaction.
+
+    ``next_step`` is where the parent resumes once every child is final ("" when
+    the suspending step was its last: it then finishes ``done``).
+    """
+    suspension = claim.suspension + 1
     with _transaction():
         fenced_update(claim, status=RunStatus.WAITING, state=state, step=records[-1].index + 1, step_name=next_step,
                       attempt=1, failures=0, lost=0, pending_children=len(rows), suspension=suspension,
                       **_LEASE_CLEARED)
         Step.objects.bulk_create(_done_rows(claim, records, state))
-        insert(rows)
+        insert(list(rows))
         close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
     _committed(claim, records)
 
@@ -231,12 +236,13 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
                 "status": RunStatus.ROLLING_BACK, "in_unsafe_step": False}
             fenced_update(claim, at_step=at_step, in_rollback=True, failures=0, lost=0, attempt=1, error=error,
                           traceback=traceback, failed_step=failed_step, failure_can_retry=decision.manual_retry,
-                          **lease)
+                          pending_children=0, **lease)
         else:
             tried = 1 if record is not None else 0  # poisonous or removed steps fail without an attempt
             fenced_update(claim, at_step=at_step, status=RunStatus.FAILED, failures=claim.failures + tried,
                           attempt=claim.attempt + tried, error=error, traceback=traceback, failed_step=failed_step,
-                          failure_can_retry=decision.manual_retry, finished_at=clock.now(), **_LEASE_CLEARED)
+                          failure_can_retry=decision.manual_retry, finished_at=clock.now(), pending_children=0,
+                          **_LEASE_CLEARED)
         if record is not None:
             Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name,
                                 attempt=record.attempt, status=StepStatus.FAILED, lease_token=claim.lease_token,
@@ -263,7 +269,8 @@ def finish_rollback(claim: Claim, record: StepRecord) -> None:
     """The rollback succeeded: ``rolled_back``, final."""
     with _transaction():
         _lock_for_final(claim)
-        fenced_update(claim, status=RunStatus.ROLLED_BACK, finished_at=clock.now(), **_LEASE_CLEARED)
+        fenced_update(claim, status=RunStatus.ROLLED_BACK, finished_at=clock.now(), rollback_error="",
+                      **_LEASE_CLEARED)
         Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
                             status=StepStatus.DONE, lease_token=claim.lease_token, started_at=record.started_at,
                             finished_at=record.finished_at)
@@ -283,7 +290,8 @@ def fail_rollback(claim: Claim, record: StepRecord, error: str, decision: RetryD
         else:
             _lock_for_final(claim)
             fenced_update(claim, status=RunStatus.FAILED, failures=claim.failures + 1, attempt=claim.attempt + 1,
-                          rollback_error=error, finished_at=clock.now(), **_LEASE_CLEARED)
+                          rollback_error=error, finished_at=clock.now(), pending_children=0,
+                          failure_can_retry=decision.manual_retry, **_LEASE_CLEARED)
         Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
                             status=StepStatus.FAILED, lease_token=claim.lease_token, started_at=record.started_at,
                             finished_at=record.finished_at, error=error)

@@ -27,7 +27,7 @@ WHERE id IN (
     JOIN unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS held(id, token)
       ON r.id = held.id AND r.lease_token = held.token
     WHERE r.status IN ('running', 'rolling_back')
-    ORDER BY r.id FOR UPDATE
+    ORDER BY r.depth, r.id FOR UPDATE
 )
 RETURNING id, lease_token
 """
@@ -76,14 +76,15 @@ def sweep_expired(limit: int = 100) -> SweepReport:
     with transaction.atomic():
         expired = list(
             ProcedureRun.objects.filter(status__in=LEASED, lease_expires_at__lt=db_now())
-            .select_for_update(skip_locked=True).order_by("id")
+            .select_for_update(skip_locked=True).order_by("depth", "id")
             .values("id", "lease_token", "lease_owner", "step", "step_name", "attempt", "in_unsafe_step",
                     "step_started_at", "queue", "type_name", "parent_id", "spawned_in", "in_rollback",
                     "schedule_id")[:limit]
         )
         for row in expired:
             fence = ProcedureRun.objects.filter(id=row["id"], lease_token=row["lease_token"])
-            message = f"worker {row['lease_owner']} lost: its lease expired during step {row['step_name']}"
+            where = "the rollback" if row["in_rollback"] else f"step {row['step_name']}"
+            message = f"worker {row['lease_owner']} lost: its lease expired during {where}"
             if row["in_unsafe_step"]:
                 error = f"interrupted during non-idempotent step {row['step_name']}"
                 fence.update(status=RunStatus.FAILED, error=error, traceback="", failed_step=row["step_name"],

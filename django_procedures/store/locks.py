@@ -125,28 +125,34 @@ def wake_stranded() -> int:
 
 
 def deadlocks() -> list[tuple[list[uuid.UUID], str]]:
-    """Cycles of trees waiting for each other's keys, each with the tree to fail (the youngest) and a message."""
-    waiting = list(KeyRequest.objects.filter(granted=False).values_list("name", "procedure_id", "root_id", "mode"))
+    """Cycles of trees waiting for each other's keys, each with the procedures to fail and a message.
+
+    A waiting request waits for every request that blocks it (see
+    ``policy.locks.blockers``): holders, and older conflicting waiters ahead of
+    it in the key's queue. The victims are the waiting procedures of the
+    youngest tree in each cycle.
+    """
+    waiting = list(KeyRequest.objects.filter(granted=False).values_list("name", "procedure_id"))
     if not waiting:
         return []
-    holders = KeyRequest.objects.filter(granted=True, name__in={w[0] for w in waiting}).values_list(
-        "name", "root_id", "mode")
-    held: dict[str, list[tuple[uuid.UUID, str]]] = defaultdict(list)
-    for name, tree, mode in holders:
-        held[name].append((tree, mode))
+    requests = _requests({name for name, _ in waiting})
+    parents = dict(ProcedureRun.objects.filter(id__in={pid for _, pid in waiting}).values_list("id", "parent_id"))
     waits: dict[uuid.UUID, set[tuple[str, uuid.UUID]]] = defaultdict(set)
-    for name, _, tree, mode in waiting:
-        for holder_tree, held_mode in held[name]:
-            if holder_tree != tree and (mode == "exclusive" or held_mode == "exclusive"):
-                waits[tree].add((name, holder_tree))
+    for request in requests:
+        if request.granted:
+            continue
+        lenders = ancestors(request.procedure, parents.get(request.procedure))
+        for blocker in blockers(requests, request, lenders):
+            if blocker.tree != request.tree:
+                waits[request.tree].add((request.key, blocker.tree))
     found = []
     for cycle in find_deadlocks(waits):
         created = dict(ProcedureRun.objects.filter(id__in=cycle.trees).values_list("id", "created_at"))
         youngest = max(cycle.trees, key=lambda t: (created.get(t), str(t)))
-        parts = [f"tree {waiter} waits for {key!r}, held by tree {holder}" for waiter, key, holder in cycle.edges]
+        parts = [f"tree {waiter} waits for {key!r} behind tree {holder}" for waiter, key, holder in cycle.edges]
         message = f"lock key deadlock: {'; '.join(parts)}; failing the younger tree {youngest}"
-        victims = [pid for pid in KeyRequest.objects.filter(granted=False, root_id=youngest).values_list(
-            "procedure_id", flat=True)]
+        victims = list(KeyRequest.objects.filter(granted=False, root_id=youngest).values_list(
+            "procedure_id", flat=True))
         found.append((victims, message))
     return found
 

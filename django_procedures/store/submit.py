@@ -68,6 +68,9 @@ def lock_keys_of(cls: type[Procedure], state: dict[str, Any]) -> list[list[str]]
         if not isinstance(name, str) or not name or mode not in ("exclusive", "shared"):
             raise TypeError(f"{cls.__qualname__}.lock_keys() must return LockKey.exclusive(name) or "
                             f"LockKey.shared(name) values; got {key!r}")
+        if len(name) > 255:
+            raise TypeError(f"{cls.__qualname__}.lock_keys() returned a key name of {len(name)} characters; "
+                            "key names are at most 255 characters (hash long ones)")
         if stored.get(name) != "exclusive":  # asking twice keeps the stronger mode
             stored[name] = mode
     return [[name, stored[name]] for name in sorted(stored)]

@@ -342,3 +342,28 @@ def test_steps_chained_without_a_checkpoint_share_the_groups_attempt_number():
     assert run.status == "done"
     assert run.state == {"first_attempts": [2], "second_attempt": 2}  # the failed try's state was discarded
     assert steps_of(handle) == [("second", 1, "failed"), ("first", 2, "done"), ("second", 2, "done")]
+
+
+class ChargeThenFail(Procedure):
+    """A non-idempotent step asking to chain without a checkpoint, then a step that fails once."""
+
+    type_name = "tests.ChargeThenFail"
+    retry = __import__("django_procedures").RetryPolicy(max_attempts=3, initial_delay=0, jitter=0)
+
+    @step(idempotent=False)
+    def charge(self, ctx):
+        self.state["charges"] = self.state.get("charges", 0) + 1
+        return Status.executing(persist=False)
+
+    @step
+    def record(self, ctx):
+        if ctx.attempt == 1:
+            raise RuntimeError("once")
+
+
+def test_a_non_idempotent_step_is_always_checkpointed_before_the_next_one():
+    handle = ChargeThenFail.submit()
+    drain()
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert run.status == "done" and run.state == {"charges": 1}
+    assert steps_of(handle) == [("charge", 1, "done"), ("record", 1, "failed"), ("record", 2, "done")]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from django_procedures import get_handle
+from django_procedures import LockKey, Procedure, Status, get_handle, step
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.runtime.executor import RunningClaim, execute
 from django_procedures.store.claim import claim
@@ -210,3 +210,73 @@ def test_a_worker_lost_during_a_rollback_is_recovered_like_any_other():
     assert run.status == "rolled_back" and run.lost == 1
     assert list(Step.objects.filter(procedure_id=handle.id).values_list("name", "status")) == [
         ("rollback", "lost"), ("rollback", "done")]
+
+
+class ForgivingLater(Parent):
+    """A Parent without rollback whose hook raises (until a deploy makes it tolerant)."""
+
+    type_name = "tests.ForgivingLater"
+    rollback = Procedure.rollback
+    tolerant = False
+
+    def on_child_failed(self, ctx, child):
+        if not self.tolerant:
+            super().on_child_failed(ctx, child)
+
+
+def test_a_retried_parent_whose_hook_now_returns_is_not_left_waiting(monkeypatch):
+    handle = ForgivingLater.submit({"fanout": 3, "failing": [0]})
+    drain()
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert run.status == "failed" and run.pending_children == 0
+    monkeypatch.setattr(ForgivingLater, "tolerant", True)
+    handle.retry(by="ops")
+    drain()
+    assert handle.refresh().status == "done"
+
+
+def test_a_child_whose_lock_keys_raise_fails_the_suspending_step():
+    class BadKeys(Procedure):
+        type_name = "tests.BadKeys"
+
+        def lock_keys(self):
+            return [LockKey.exclusive(self.state["missing"])]
+
+        @step
+        def go(self, ctx):
+            pass
+
+    class SpawnsBadKeys(Procedure):
+        type_name = "tests.SpawnsBadKeys"
+
+        @step
+        def spawn(self, ctx):
+            return Status.suspended([BadKeys({})])
+
+    handle = SpawnsBadKeys.submit()
+    drain()
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert run.status == "failed" and "cannot submit the children: KeyError" in run.error
+
+
+def test_a_worker_lost_too_often_during_the_rollback_keeps_both_errors():
+    handle = Compensated.submit()
+    (c,) = claim("w", type_names=[Compensated.type_name], limit=1, lease_seconds=30)
+    from django_procedures.policy.retry import FailDecision
+    from django_procedures.store import fence
+
+    fence.fail_attempt(c, None, "NonRetryable: the supplier said no", "", FailDecision("x", True), rollback=True)
+    fence.release(c)
+    ProcedureRun.objects.filter(id=handle.id).update(lost=Compensated.retry.max_lost)
+    drain()
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert run.status == "failed"
+    assert run.error == "NonRetryable: the supplier said no"
+    assert run.rollback_error.startswith("worker lost 10 times during the rollback")
+
+
+def test_long_lock_key_names_are_refused_at_submit():
+    from testproject.testapp.procedures import KeyHolder
+
+    with pytest.raises(TypeError, match="at most 255 characters"):
+        KeyHolder.submit({"keys": [["k" * 300, "exclusive"]]})
