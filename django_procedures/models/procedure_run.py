@@ -116,6 +116,10 @@ class ProcedureRun(models.Model):
             # The claim: due rows in priority, then run_at order. Partial, so finished rows cost nothing.
             models.Index(fields=["-priority", "run_at"], condition=Q(status__in=CLAIMABLE),
                          name="procedures_claim_idx"),
+            # Procedures taking lock keys for the first time, decided before the rest of a claim.
+            models.Index(fields=["-priority", "run_at"], name="procedures_key_claim_idx",
+                         condition=Q(status__in=CLAIMABLE, keys_held=False, waiting_for_keys=False)
+                         & ~Q(lock_keys=[])),
             # The next due time an idle worker waits for.
             models.Index(fields=["run_at"], condition=Q(status__in=CLAIMABLE), name="procedures_due_idx"),
             # The recovery sweep: leases that expired.

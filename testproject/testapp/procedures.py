@@ -309,9 +309,12 @@ class Spawner(Procedure):
     "priority": int}`` (a Gated child if ``gated``, else a Leaf); ``collect`` sums what the done ones returned.
 
     ``keys``: its own lock keys. ``gate``: a file the spawn step waits for before spawning. ``marker`` /
-    ``sleep`` ({"spawn": seconds}): the spawn step writes ``<marker>.spawn`` and sleeps after its Effect row
-    and before it returns ``Status.suspended`` -- on its first attempt only. ``collect`` and ``rollback``
-    write an Effect row each, so a test can count how often they committed.
+    ``sleep`` ({"spawn": seconds, "rollback": seconds}): the spawn step writes ``<marker>.spawn`` and sleeps
+    after its Effect row and before it returns ``Status.suspended``; the rollback likewise writes
+    ``<marker>.rollback`` and sleeps after its Effect row -- each on its first attempt only. ``collect`` and
+    ``rollback`` write an Effect row each, so a test can count how often they committed. ``tolerant``: a
+    failed child is recorded in ``failed_children`` instead of failing the parent, and ``on_child_failed``
+    writes ``<marker>.on_child_failed`` and sleeps ``sleep["on_child_failed"]`` (``poll`` as usual).
     """
 
     type_name = "testapp.Spawner"
@@ -339,8 +342,16 @@ class Spawner(Procedure):
         self.state["seen"] = [[c.status, c.output] for c in ctx.children]
         return Status.done(output=sum(c.output for c in ctx.children if c.status == "done"))
 
+    def on_child_failed(self, ctx, child):
+        if not self.state.get("tolerant"):
+            super().on_child_failed(ctx, child)
+        self.state.setdefault("failed_children", []).append(child.error)
+        _pause(self, ctx, "on_child_failed")
+
     def rollback(self, ctx):
         _effect(ctx, "rollback")
+        if ctx.attempt == 1:
+            _pause(self, ctx, "rollback")
 
 
 class Heartbeat(Procedure):
