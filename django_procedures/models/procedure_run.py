@@ -116,6 +116,10 @@ class ProcedureRun(models.Model):
             # Retention: finished roots oldest first.
             models.Index(fields=["finished_at"], condition=Q(root__isnull=True), name="procedures_prune_idx"),
         ]
+        permissions = [
+            ("retry_procedurerun", "Can retry failed procedures"),
+            ("cancel_procedurerun", "Can cancel procedures and their sub-procedures"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.type_name} {self.id} ({self.status})"
