@@ -268,3 +268,15 @@ class KeyHolder(Procedure):
             time.sleep(0.02)
             if flag and time.monotonic() > deadline + 60:
                 raise RuntimeError("flag never appeared")
+
+
+class Secretive(Procedure):
+    """Fails for good with secrets in its state: the admin masks the keys named in ``redact``."""
+
+    type_name = "testapp.Secretive"
+    retry = FAST_RETRY
+    redact = ("password", "card")
+
+    @step
+    def use(self, ctx):
+        raise NonRetryable("the card was declined")
