@@ -16,9 +16,11 @@ import pytest
 from django.db import connections
 
 from django_procedures.models import ProcedureRun
+from django_procedures.runtime.executor import RunningClaim, execute
+from django_procedures.store.claim import claim
 from django_procedures.testing import drain
-from testproject.testapp.procedures import Flaky, Parent, Refuses, ThreeSteps
-from tests.admin.helpers import CANCEL, RETRY, VIEW, changelist_url, page_url, retry_url, staff
+from testproject.testapp.procedures import Flaky, Leaf, Parent, Refuses, ThreeSteps
+from tests.admin.helpers import CANCEL, RETRY, VIEW, changelist_url, dashboard_url, page_url, retry_url, staff
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
@@ -143,3 +145,27 @@ def test_a_viewer_cannot_retry(browser, live_server):
         "index": "0", "post": "yes"})
     assert forged_action.status in (200, 302)
     assert ProcedureRun.objects.get(id=leaf.id).status == "failed"
+
+
+def test_a_running_tree_says_why_each_member_is_not_running(browser, live_server):
+    staff("operator", VIEW, RETRY, CANCEL)
+    Flaky.submit({"fail_times": 2})
+    drain()
+    parent = Parent.submit({"fanout": 3})
+    (spawning,) = claim("worker-1@app-1", type_names=[Parent.type_name], limit=1, lease_seconds=30)
+    execute(RunningClaim(spawning))
+    claim("worker-2@app-2", type_names=[Leaf.type_name], limit=1, lease_seconds=30)
+    page = open_page(browser, live_server, "operator")
+
+    page.goto(live_server.url + page_url(parent.id))
+    page.wait_for_selector("#proc-tree")
+    reasons = page.locator("#proc-tree .proc-why").all_inner_texts()
+    assert reasons[0] == "waiting for children: 3 left"
+    assert any(r.startswith("running, leased by worker worker-2@app-2; last heartbeat") for r in reasons)
+    assert sum("waiting for a worker of its queue" in r for r in reasons) == 2
+    shot(page, "07-tree-reasons")
+
+    page.goto(live_server.url + dashboard_url())
+    page.wait_for_selector("#dash-workers")
+    assert "worker-2@app-2" in page.locator("#dash-workers").inner_text()
+    shot(page, "08-dashboard")
