@@ -74,36 +74,43 @@ class Tree:
     ancestors: list[ProcedureRun]
 
 
-def load_tree(run: ProcedureRun, limit: int = TREE_LIMIT) -> Tree:
-    """The whole tree ``run`` belongs to (up to ``limit`` members, shallowest first), with its facts.
+def load_tree(run: ProcedureRun, limit: int | None = None) -> Tree:
+    """The tree ``run`` belongs to, with the facts of its unfinished members.
 
-    Four queries: the members, the lock keys they wait for, who holds those
-    keys, and the open leases of leased members.
+    Up to ``limit`` members, shallowest first; a larger tree still shows the
+    path from the root to ``run`` and ``run``'s own children. A fixed number
+    of queries: the members, ``run``'s children, the lock keys waited for, who
+    holds them, the open leases (plus one per ancestor missing from a cut tree).
     """
+    limit = TREE_LIMIT if limit is None else limit
     root_id = run.root_id or run.id
+    order = ("depth", "spawned_in", "position", "created_at", "id")
     rows = list(ProcedureRun.objects.filter(Q(id=root_id) | Q(root_id=root_id)).only(*ROW_FIELDS)
-                .order_by("depth", "spawned_in", "position", "created_at", "id")[:limit + 1])
+                .order_by(*order)[:limit + 1])
     truncated = len(rows) > limit
-    rows = rows[:limit]
-    if run.id not in {r.id for r in rows}:
-        rows.append(run)
-    nodes = {r.id: Node(r) for r in rows}
+    by_id = {r.id: r for r in rows[:limit]}
+    by_id.setdefault(run.id, run)
+    if truncated:
+        for child in ProcedureRun.objects.filter(parent_id=run.id).only(*ROW_FIELDS).order_by(*order)[:limit]:
+            by_id.setdefault(child.id, child)
+    ancestors: list[ProcedureRun] = []
+    parent_id = run.parent_id
+    while parent_id is not None and len(ancestors) <= run.depth:
+        parent = by_id.get(parent_id) or ProcedureRun.objects.only(*ROW_FIELDS).filter(id=parent_id).first()
+        if parent is None:
+            break
+        by_id.setdefault(parent.id, parent)
+        ancestors.append(parent)
+        parent_id = parent.parent_id
+    ancestors.reverse()
+    nodes = {pid: Node(row) for pid, row in by_id.items()}
     _add_facts(nodes)
     for node in nodes.values():
-        parent = nodes.get(node.row.parent_id) if node.row.parent_id else None
-        if parent is not None:
-            parent.children.append(node)
-    ancestors = []
-    current = nodes[run.id].row
-    while current.parent_id is not None:
-        parent_node = nodes.get(current.parent_id)
-        parent_row = parent_node.row if parent_node else ProcedureRun.objects.only(*ROW_FIELDS).filter(
-            id=current.parent_id).first()
-        if parent_row is None:
-            break
-        ancestors.append(parent_row)
-        current = parent_row
-    ancestors.reverse()
+        parent_node = nodes.get(node.row.parent_id) if node.row.parent_id else None
+        if parent_node is not None:
+            parent_node.children.append(node)
+    for node in nodes.values():
+        node.children.sort(key=lambda n: (n.row.spawned_in, n.row.position, n.row.created_at, str(n.row.id)))
     return Tree(nodes.get(root_id), nodes, truncated, ancestors)
 
 

@@ -7,6 +7,7 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
+from django_procedures.admin import reads
 from django_procedures.models import ProcedureRun
 from django_procedures.runtime.executor import RunningClaim, execute
 from django_procedures.store.claim import claim
@@ -144,3 +145,14 @@ def test_the_query_count_does_not_grow_with_the_tree(operator_client):
         return len(captured)
 
     assert queries_for(2) == queries_for(20)
+
+
+def test_a_tree_larger_than_the_page_still_shows_the_path_to_the_procedure(operator_client, monkeypatch):
+    monkeypatch.setattr(reads, "TREE_LIMIT", 3)
+    parent, children = spawned_parent(5)
+    last = children[-1]
+    response = operator_client.get(page_url(last.id))
+    html = response.content.decode()
+    assert "The tree is larger than this page shows" in html
+    assert f'class="proc-current" data-id="{last.id}"' in html
+    assert f'data-id="{parent.id}"' in html
