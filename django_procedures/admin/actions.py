@@ -36,7 +36,14 @@ class RetryPlanItem:
 
 
 def plan_retry(runs: Iterable[ProcedureRun]) -> list[RetryPlanItem]:
-    """What "retry" would do to each of ``runs``: only failed, manually retryable ones change."""
+    """What "retry" would do to each of ``runs``: only failed, manually retryable ones change.
+
+    A sub-procedure whose parent has already finished is retried too, with a
+    warning: it then runs on its own, and nobody waits for its result.
+    """
+    runs = list(runs)
+    parents = dict(ProcedureRun.objects.filter(id__in={r.parent_id for r in runs if r.parent_id})
+                   .values_list("id", "status"))
     items = []
     for run in runs:
         if run.status != RunStatus.FAILED:
@@ -47,8 +54,12 @@ def plan_retry(runs: Iterable[ProcedureRun]) -> list[RetryPlanItem]:
         else:
             total, machine = step_total(run.type_name)
             at = step_label(run.step, run.step_name, total, machine=machine) if run.step_name else "its last step"
-            items.append(RetryPlanItem(run, True, f"failed → ready: resumes at {at} from its last checkpoint, "
-                                                  "with a fresh retry budget"))
+            change = f"failed → ready: resumes at {at} from its last checkpoint, with a fresh retry budget"
+            parent_status = parents.get(run.parent_id)
+            if parent_status in FINAL:
+                change += (f"; note: its parent {run.parent_id} is already {parent_status.replace('_', ' ')}, "
+                           "so it will run on its own and nobody waits for its result")
+            items.append(RetryPlanItem(run, True, change))
     return items
 
 

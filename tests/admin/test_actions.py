@@ -76,6 +76,14 @@ def test_retry_action_confirms_then_retries_through_the_store_and_logs_it(operat
     assert "Retried from the admin" in entry.get_change_message()
 
 
+def test_retrying_a_child_of_a_finished_parent_warns_that_nobody_waits_for_it(operator_client):
+    parent = Parent.submit({"fanout": 2, "failing": [0]})
+    drain()
+    leaf = ProcedureRun.objects.get(parent_id=parent.id, status="failed")
+    page = act(operator_client, "retry_selected", [leaf.id]).content.decode()
+    assert f"its parent {parent.id} is already rolled back, so it will run on its own" in page
+
+
 def test_retry_messages_count_in_the_plural(operator_client):
     ids = failed(3)
     response = act(operator_client, "retry_selected", ids, confirm=True)
