@@ -60,6 +60,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         if not isinstance(getattr(conf, name), int) or getattr(conf, name) < 100:
             errors.append(Error(f"PROCEDURES[{name!r}] must be an integer of at least 100",
                                 id="django_procedures.E007"))
+    redact = conf.REDACT
+    if isinstance(redact, str) or not isinstance(redact, list | tuple | set | frozenset) or not all(
+            isinstance(key, str) for key in redact):
+        errors.append(Error(f"PROCEDURES['REDACT'] must be a list of state keys (strings); got {redact!r}",
+                            hint='For example ["password", "api_token"].', id="django_procedures.E010"))
     try:
         parse_duration(conf.RETENTION)
     except ValueError as error:

@@ -43,6 +43,8 @@ DEFAULTS: dict[str, Any] = {
     # Longest stored error text and traceback, in characters.
     "MAX_ERROR_LENGTH": 2000,
     "MAX_TRACEBACK_LENGTH": 20000,
+    # State and output keys the admin masks at any depth (case-insensitive), besides each class's `redact`.
+    "REDACT": [],
 }
 
 

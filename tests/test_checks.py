@@ -67,3 +67,14 @@ def test_sqlite_refuses_concurrency(settings):
     settings.PROCEDURES = {}
     with pytest.raises(CommandError, match="not possible on SQLite"):
         call_command("procedures_worker", "--concurrency", "2", "--burst")
+
+
+@override_settings(PROCEDURES={"REDACT": "password"})
+def test_redact_must_be_a_list_of_keys():
+    (error,) = check_settings()
+    assert error.id == "django_procedures.E010" and "must be a list of state keys" in error.msg
+
+
+@override_settings(PROCEDURES={"REDACT": ["password", "api_key"]})
+def test_redact_accepts_a_list_of_keys():
+    assert [e for e in check_settings() if e.level >= 40] == []

@@ -27,6 +27,8 @@ class Lease(models.Model):
         indexes = [
             models.Index(fields=["claimed_at"], condition=Q(released_at__isnull=True),
                          name="procedures_open_lease_idx"),
+            # The admin's "workers seen recently": claims of the last minutes.
+            models.Index(fields=["claimed_at"], name="procedures_lease_claimed_idx"),
         ]
 
     def __str__(self) -> str:

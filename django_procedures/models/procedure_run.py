@@ -126,6 +126,16 @@ class ProcedureRun(models.Model):
             models.Index(fields=["lease_expires_at"], condition=Q(status__in=LEASED), name="procedures_lease_idx"),
             # Retention: finished roots oldest first.
             models.Index(fields=["finished_at"], condition=Q(root__isnull=True), name="procedures_prune_idx"),
+            # The admin's list: newest first (ORDER BY created_at DESC, id DESC), unfiltered or filtered by
+            # status, type or queue, each read from one index range in list order.
+            models.Index(fields=["created_at", "id"], name="procedures_created_idx"),
+            models.Index(fields=["status", "created_at", "id"], name="procedures_status_idx"),
+            models.Index(fields=["type_name", "created_at", "id"], name="procedures_type_idx"),
+            models.Index(fields=["queue", "created_at", "id"], name="procedures_queue_idx"),
+        ]
+        permissions = [
+            ("retry_procedurerun", "Can retry failed procedures"),
+            ("cancel_procedurerun", "Can cancel procedures and their sub-procedures"),
         ]
 
     def __str__(self) -> str:

@@ -365,3 +365,15 @@ class Heartbeat(Procedure):
         _pause(self, ctx, "beat")
         if self.state.get("stop"):
             ctx.stop_schedule(self.state["stop"])
+
+
+class Secretive(Procedure):
+    """Fails for good with secrets in its state: the admin masks the keys named in ``redact``."""
+
+    type_name = "testapp.Secretive"
+    retry = FAST_RETRY
+    redact = ("password", "card")
+
+    @step
+    def use(self, ctx):
+        raise NonRetryable("the card was declined")

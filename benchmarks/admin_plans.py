@@ -1,0 +1,275 @@
+"""Query plans of the admin's pages against a table of 1,000,000 procedures.
+
+Run from the repository root::
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/procedures_admin_plans \\
+        .venv/bin/python -m benchmarks.admin_plans
+
+The script drops and creates the database named by ``DATABASE_URL``, migrates
+it, seeds ``ProcedureRun`` rows (roots and children, finished over 400 days,
+some unfinished now) and one ``Lease`` per started procedure with ``INSERT ...
+SELECT generate_series``, runs ``VACUUM ANALYZE``, then requests each admin
+page with Django's test client as a superuser. Every SELECT the page issued on
+the app's tables is captured and re-run under ``EXPLAIN (ANALYZE, BUFFERS)``;
+the report names the indexes used, any sequential scan, the rows examined and
+the time. The database is dropped at the end unless ``--keep`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+
+from benchmarks.claim_plan import database_settings, drop_database, recreate_database, summarize
+
+#: (type name, queue, weight)
+TYPES = [("emails.SendWelcomeEmail", "emails", 5), ("emails.SendReceipt", "emails", 4),
+         ("billing.ChargeInvoice", "billing", 3), ("billing.RefundPayment", "billing", 1),
+         ("exports.BuildMonthlyReport", "exports", 1), ("accounts.CloseAccount", "default", 1),
+         ("shipping.BookCourier", "default", 2), ("crm.SyncContact", "default", 3),
+         ("tenants.ProvisionTenant", "default", 1)]
+ERRORS = ["TimeoutError: upstream did not answer within 30s", "ConnectionResetError: peer reset the connection",
+          "NonRetryable: the card was declined"]
+
+# One expression per column for a row numbered g (1..n) of a given kind; ``t`` is the type index (1-based),
+# ``age`` how long ago it was created. Kinds override some of them.
+BASE = {
+    "id": "md5(%(kind)s || g)::uuid",
+    "type_name": "(%(types)s::text[])[t]",
+    "queue": "(%(queues)s::text[])[t]",
+    "state": "jsonb_build_object('order_id', g, 'customer', 'cus_' || (g * 7919 %% 100003), 'password', 'x')",
+    "status": "'done'", "step": "3", "step_name": "''", "step_started_at": "now() - age + interval '2 seconds'",
+    "attempt": "1", "failures": "0", "lost": "0", "in_unsafe_step": "false",
+    "parent_id": "NULL", "root_id": "NULL", "depth": "0", "pending_children": "0", "suspension": "0",
+    "spawned_in": "0", "position": "0", "failure_handled": "false", "lock_keys": "'[]'::jsonb",
+    "keys_held": "false", "waiting_for_keys": "false", "in_rollback": "false", "rollback_error": "''",
+    "priority": "0", "key": "CASE WHEN g %% 5 = 0 THEN %(kind)s || '-key-' || g END",
+    "run_at": "now() - age", "lease_token": "1", "lease_owner": "''", "lease_expires_at": "NULL",
+    "output": "jsonb_build_object('ok', true)", "error": "''", "traceback": "''", "failed_step": "''",
+    "failure_can_retry": "false", "created_at": "now() - age", "started_at": "now() - age + interval '1 second'",
+    "finished_at": "now() - age + interval '4 seconds'", "retried_at": "NULL", "retried_by": "''",
+    "manual_retries": "0",
+}
+FAILED = {
+    "status": "(ARRAY['failed','failed','failed','failed','rolled_back','cancelled'])[1 + g %% 6]",
+    "step": "1", "step_name": "'call_upstream'", "attempt": "4", "failures": "3", "output": "NULL",
+    "error": "(%(errors)s::text[])[1 + g %% 3]", "failed_step": "'call_upstream'",
+    "traceback": "'Traceback (most recent call last):\n  ...\n' || (%(errors)s::text[])[1 + g %% 3]",
+    "failure_can_retry": "g %% 2 = 0",
+}
+UNFINISHED = {
+    "status": "(ARRAY['ready','ready','retrying','running','waiting'])[1 + g %% 5]",
+    "step": "1", "step_name": "'call_upstream'", "output": "NULL", "finished_at": "NULL",
+    "run_at": "now() - interval '5 minutes' + (g %% 600) * interval '1 second'",
+    "lease_owner": "CASE WHEN g %% 5 = 3 THEN 'worker-' || (g %% 8) || '@app-1' ELSE '' END",
+    "lease_expires_at": "CASE WHEN g %% 5 = 3 THEN now() + interval '20 seconds' END",
+}
+CHILD = {
+    "parent_id": "md5('root' || (1 + g %% %(trees)s))::uuid", "root_id": "md5('root' || (1 + g %% %(trees)s))::uuid",
+    "depth": "1", "spawned_in": "1", "position": "g / %(trees)s",
+}
+
+LEASE_SQL = """
+    INSERT INTO {lease} (procedure_id, token, worker, claimed_at, expires_at, released_at, outcome)
+    SELECT id, 1, 'worker-' || (abs(hashtext(id::text)) %% 8) || '@app-' || (abs(hashtext(id::text)) %% 3),
+           started_at, started_at + interval '30 seconds',
+           CASE WHEN status = 'running' THEN NULL ELSE COALESCE(finished_at, started_at + interval '3 seconds') END,
+           CASE WHEN status = 'running' THEN '' WHEN status = 'done' THEN 'completed' ELSE 'failed' END
+    FROM {run} WHERE started_at IS NOT NULL
+"""
+
+
+def insert(cursor: Any, table: str, columns: list[str], kind: str, n: int, age: str, *overrides: dict[str, str],
+           trees: int = 1) -> None:
+    exprs = dict(BASE)
+    for override in overrides:
+        exprs.update(override)
+    weighted = [i + 1 for i, (_, _, w) in enumerate(TYPES) for _ in range(w)]
+    sql = f"""
+        INSERT INTO {table} ({", ".join(columns)})
+        SELECT {", ".join(exprs[c] for c in columns)}
+        FROM (SELECT g, (%(weighted)s::int[])[(1 + (g * 31) %% %(nw)s)::int] AS t, {age} AS age
+              FROM generate_series(1::bigint, %(n)s::bigint) AS g) AS s
+    """
+    cursor.execute(sql, {"kind": kind, "n": n, "types": [t for t, _, _ in TYPES], "queues": [q for _, q, _ in TYPES],
+                         "weighted": weighted, "nw": len(weighted), "errors": ERRORS, "trees": trees})
+
+
+def seed(total: int) -> None:
+    from django.db import connection
+
+    from django_procedures.models import Lease, ProcedureRun
+
+    table, lease = ProcedureRun._meta.db_table, Lease._meta.db_table
+    trees, per_tree = total // 25, 10  # 4% of rows are roots of trees of 10 children: 40% are children
+    children = trees * per_tree
+    unfinished, failed = 3_000, total // 16
+    roots = total - children - unfinished - failed
+    with connection.cursor() as cursor:
+        columns = [c.name for c in connection.introspection.get_table_description(cursor, table)]
+        unknown = sorted(set(columns) - set(BASE))
+        if unknown:
+            sys.exit(f"columns this seed does not know: {', '.join(unknown)}; add them to BASE")
+        cursor.execute("SELECT setseed(0.42)")
+        spread = "random() * interval '400 days'"
+        for label, args, kw in [
+            ("roots, done, 0-400 days old (the first are tree roots)", ("root", roots, spread), {}),
+            ("children of those trees, done", ("child", children, spread, CHILD), {"trees": trees}),
+            ("failed / rolled back / cancelled", ("failed", failed, spread, FAILED), {}),
+            ("unfinished now: ready, retrying, running, waiting", ("open", unfinished,
+                                                                   "random() * interval '2 days'", UNFINISHED), {}),
+        ]:
+            started = time.perf_counter()
+            insert(cursor, table, columns, *args, **kw)
+            print(f"  seeded {args[1]:>9,} {label} in {time.perf_counter() - started:.1f}s")
+        started = time.perf_counter()
+        cursor.execute(LEASE_SQL.format(lease=lease, run=table), {})
+        print(f"  seeded {cursor.rowcount:>9,} leases in {time.perf_counter() - started:.1f}s")
+        cursor.execute("VACUUM ANALYZE")
+        cursor.execute(f"SELECT status, count(*) FROM {table} GROUP BY 1 ORDER BY 2 DESC")
+        print("  rows by status: " + ", ".join(f"{s}={n:,}" for s, n in cursor.fetchall()))
+
+
+def capture(fn: Callable[[], Any]) -> list[tuple[str, Any]]:
+    """The SELECT statements ``fn`` issues on the app's tables, with their parameters."""
+    from django.db import connection
+
+    seen: list[tuple[str, Any]] = []
+
+    def wrapper(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        head = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
+        if head in ("SELECT", "WITH") and "django_procedures_" in sql and not many:
+            seen.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        fn()
+    return seen
+
+
+def explain(sql: str, params: Any) -> list[str]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def kind(sql: str) -> str:
+    """A short name for what an admin statement is for."""
+    upper = " ".join(sql.upper().split())
+    if "WITH RECURSIVE" in upper:
+        return "filter values"
+    if "GROUP BY" in upper:
+        return "aggregate"
+    if "COUNT(" in upper and "LIMIT" in upper:
+        return "capped count"
+    if "MIN(" in upper and "MAX(" in upper:
+        return "date bounds"
+    if "EXISTS" in upper or upper.startswith("SELECT 1 AS"):
+        return "probe"
+    if "LIMIT" in upper:
+        return "rows"
+    return "select"
+
+
+def report(title: str, statements: list[tuple[str, Any]], verbose: bool) -> list[str]:
+    from django.db import connection
+
+    print(f"\n{'=' * 100}\n{title}\n{'=' * 100}")
+    lines = []
+    for sql, params in statements:
+        explain(sql, params)  # warm
+        plan = explain(sql, params)
+        summary = summarize(plan)
+        heap = [s for s in summary.scans if s.reads_heap]
+        seq = [s for s in heap if "Seq Scan" in s.kind]
+        examined = sum(s.examined for s in heap)
+        indexes = sorted({s.index for s in summary.scans if s.index})
+        one_line = " ".join(connection.ops.compose_sql(sql, params).split())
+        print(f"\n-- {one_line[:400]}{' …' if len(one_line) > 400 else ''}")
+        if verbose or seq or examined > 20_000:
+            print("\n".join("   " + line for line in plan))
+        verdict = "SEQ SCAN" if seq else ("ok" if examined <= 20_000 else "many rows")
+        line = (f"{kind(sql):<13} {summary.execution_ms or 0:>9.2f} ms {examined:>10,.0f} rows  {verdict:<9} "
+                f"{', '.join(indexes) or '-'}")
+        print(f"   => {line}")
+        lines.append(f"{title.split(':')[0][:44]:<44} {line}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--rows", type=int, default=1_000_000, help="procedures to seed (default 1,000,000)")
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--reuse", action="store_true", help="use the database as it is (seeded with --keep)")
+    parser.add_argument("--verbose", action="store_true", help="print every plan, not only the costly ones")
+    args = parser.parse_args(argv)
+    db = database_settings()
+    if not args.reuse:
+        print(f"database {db['NAME']} on {db['HOST']}:{db['PORT']}: drop if exists, create")
+        recreate_database(db)
+    try:
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        call_command("migrate", interactive=False, verbosity=0)
+        from django.contrib.auth.models import User
+        from django.test import Client
+
+        from django_procedures.models import ProcedureRun
+
+        if not args.reuse:
+            print("seeding:")
+            seed(args.rows)
+        user, _ = User.objects.get_or_create(username="plans", defaults={"is_staff": True, "is_superuser": True})
+        client = Client()
+        client.force_login(user)
+        base = "/admin/django_procedures/procedurerun/"
+        child = ProcedureRun.objects.filter(depth=1).order_by("-created_at").values_list("id", flat=True).first()
+        some_id = ProcedureRun.objects.order_by("created_at").values_list("id", flat=True)[500]
+        key = ProcedureRun.objects.filter(key__isnull=False).values_list("key", flat=True).first()
+        year = ProcedureRun.objects.order_by("-created_at").values_list("created_at", flat=True).first().year
+        pages = [
+            ("list, unfiltered (newest first)", base),
+            ("list, page 100", f"{base}?p=100"),
+            ("list, status=failed", f"{base}?status__exact=failed"),
+            ("list, status=waiting (rare)", f"{base}?status__exact=waiting"),
+            ("list, type=billing.RefundPayment", f"{base}?type_name=billing.RefundPayment"),
+            ("list, queue=exports", f"{base}?queue=exports"),
+            ("list, retryable failures", f"{base}?retryable=yes"),
+            ("list, roots only", f"{base}?roots=yes"),
+            ("list, status=failed and type=billing.ChargeInvoice",
+             f"{base}?status__exact=failed&type_name=billing.ChargeInvoice"),
+            ("list, date drill-down to a month", f"{base}?created_at__year={year}&created_at__month=1"),
+            ("search, an id", f"{base}?q={some_id}"),
+            ("search, an idempotency key", f"{base}?q={key}"),
+            ("search, common error words", f"{base}?q=card+was+declined"),
+            ("search, words found nowhere", f"{base}?q=zebra+crossing"),
+            ("procedure page, a child in a tree of 11", f"{base}{child}/change/"),
+            ("dashboard", f"{base}dashboard/"),
+        ]
+        summary = []
+        for title, url in pages:
+            statements = capture(lambda url=url: client.get(url))
+            summary += report(f"{title}: GET {url}", statements, args.verbose)
+        print(f"\n{'=' * 100}\nsummary ({ProcedureRun.objects.count():,} procedures)\n{'=' * 100}")
+        print("\n".join(summary))
+        return 0
+    finally:
+        if args.keep or args.reuse:
+            print(f"\nkept database {db['NAME']}")
+        else:
+            drop_database(db)
+            print(f"\ndropped database {db['NAME']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

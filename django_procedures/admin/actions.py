@@ -1,0 +1,166 @@
+"""The operator's two actions, as plain functions: plan (read-only) and perform (through the store).
+
+The admin views call these; tests can too, without a request. Performing
+never writes a column here: each procedure goes through
+``django_procedures.store.operations.retry`` or ``cancel``, one transaction each.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django_procedures.admin.display import step_label
+from django_procedures.admin.reads import ROW_FIELDS, step_total, subtrees
+from django_procedures.exceptions import InvalidOperation
+from django_procedures.models import ProcedureRun
+from django_procedures.policy.status import FINAL, RunStatus
+from django_procedures.store import operations
+
+#: Most procedures one action may select (the confirmation page lists every one of them).
+ACTION_LIMIT = 500
+
+
+# -- retry -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetryPlanItem:
+    """One selected procedure and what retrying it would do."""
+
+    run: ProcedureRun
+    will_retry: bool
+    change: str
+
+
+def plan_retry(runs: Iterable[ProcedureRun]) -> list[RetryPlanItem]:
+    """What "retry" would do to each of ``runs``: only failed, manually retryable ones change.
+
+    A sub-procedure whose parent has already finished is retried too, with a
+    warning: it then runs on its own, and nobody waits for its result.
+    """
+    runs = list(runs)
+    parents = dict(ProcedureRun.objects.filter(id__in={r.parent_id for r in runs if r.parent_id})
+                   .values_list("id", "status"))
+    items = []
+    for run in runs:
+        if run.status != RunStatus.FAILED:
+            items.append(RetryPlanItem(run, False, f"left alone: it is {run.status.replace('_', ' ')}; "
+                                                   "only failed procedures can be retried"))
+        elif not run.failure_can_retry:
+            items.append(RetryPlanItem(run, False, "left alone: its failure is marked not worth a manual retry"))
+        else:
+            total, machine = step_total(run.type_name)
+            at = step_label(run.step, run.step_name, total, machine=machine) if run.step_name else "its last step"
+            change = f"failed → ready: resumes at {at} from its last checkpoint, with a fresh retry budget"
+            parent_status = parents.get(run.parent_id)
+            if parent_status in FINAL:
+                change += (f"; note: its parent {run.parent_id} is already {parent_status.replace('_', ' ')}, "
+                           "so it will run on its own and nobody waits for its result")
+            items.append(RetryPlanItem(run, True, change))
+    return items
+
+
+@dataclass(frozen=True)
+class RetryReport:
+    """What ``retry_procedures`` did: the ids made ready, and the ones refused with the store's reason."""
+
+    retried: tuple[uuid.UUID, ...] = ()
+    refused: tuple[tuple[uuid.UUID, str], ...] = ()
+
+
+def retry_procedures(ids: Sequence[uuid.UUID], *, by: str) -> RetryReport:
+    """Retry each procedure through ``store.operations.retry``; a refusal is reported, not raised."""
+    retried, refused = [], []
+    for pid in ids:
+        try:
+            operations.retry(pid, by=by)
+        except InvalidOperation as error:
+            refused.append((pid, str(error)))
+        else:
+            retried.append(pid)
+    return RetryReport(tuple(retried), tuple(refused))
+
+
+# -- cancel ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CancelPlanItem:
+    """One selected procedure and the members of its subtree that cancelling it would cancel."""
+
+    run: ProcedureRun
+    #: Unfinished members (itself first), each as it is now: these become ``cancelled``.
+    members: list[ProcedureRun] = field(default_factory=list)
+    #: Finished members of the subtree, left as they are.
+    finished: int = 0
+    #: Set when nothing changes for this one (already final, or inside another selected subtree).
+    note: str = ""
+
+
+def plan_cancel(ids: Iterable[Any]) -> list[CancelPlanItem]:
+    """For each selected procedure: the unfinished members of its subtree that "cancel" would cancel."""
+    trees = subtrees(ids)
+    ordered = sorted(trees, key=lambda pid: (trees[pid][0].depth, str(pid)))
+    covered: dict[uuid.UUID, uuid.UUID] = {}
+    items = []
+    for pid in ordered:
+        run, *_ = members = trees[pid]
+        if pid in covered:
+            items.append(CancelPlanItem(run, note=f"included in the subtree of {covered[pid]}"))
+            continue
+        unfinished = [m for m in members if m.status not in FINAL]
+        for member in members:
+            covered.setdefault(member.id, pid)
+        if run.status in FINAL:
+            items.append(CancelPlanItem(run, finished=len(members),
+                                        note=f"left alone: it is already {run.status.replace('_', ' ')}"))
+            continue
+        items.append(CancelPlanItem(run, unfinished, len(members) - len(unfinished)))
+    return items
+
+
+@dataclass(frozen=True)
+class CancelReport:
+    """What ``cancel_procedures`` did: per selected procedure the ids cancelled, and the ones unchanged."""
+
+    cancelled: dict[uuid.UUID, tuple[uuid.UUID, ...]] = field(default_factory=dict)
+    unchanged: tuple[tuple[uuid.UUID, str], ...] = ()
+
+    @property
+    def count(self) -> int:
+        return sum(len(ids) for ids in self.cancelled.values())
+
+
+def cancel_procedures(ids: Sequence[uuid.UUID], *, by: str) -> CancelReport:
+    """Cancel each procedure and its unfinished subtree through ``store.operations.cancel``, ancestors first."""
+    depth = dict(ProcedureRun.objects.filter(id__in=list(ids)).values_list("id", "depth"))
+    cancelled: dict[uuid.UUID, tuple[uuid.UUID, ...]] = {}
+    unchanged = []
+    done: set[uuid.UUID] = set()
+    for pid in sorted(depth, key=lambda p: (depth[p], str(p))):
+        if pid in done:
+            unchanged.append((pid, f"procedure {pid} was cancelled with an ancestor selected with it"))
+            continue
+        try:
+            result = operations.cancel(pid, by=by)
+        except InvalidOperation as error:
+            unchanged.append((pid, str(error)))
+            continue
+        if result.changed:
+            cancelled[pid] = tuple(uuid.UUID(str(c)) for c in result.cancelled)
+            done |= set(cancelled[pid])
+        else:
+            unchanged.append((pid, result.message))
+    for pid in ids:
+        if pid not in depth:
+            unchanged.append((pid, f"procedure {pid} does not exist"))
+    return CancelReport(cancelled, tuple(unchanged))
+
+
+def rows(ids: Iterable[uuid.UUID]) -> list[ProcedureRun]:
+    """The procedures ``ids`` as they are now (for the admin log), light columns only."""
+    return list(ProcedureRun.objects.filter(id__in=list(ids)).only(*ROW_FIELDS))
+

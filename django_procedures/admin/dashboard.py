@@ -1,0 +1,86 @@
+"""The operator's dashboard: the last 24 hours by status, failing types, queue lag, workers seen."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, Max, Min, Q
+
+from django_procedures import registry
+from django_procedures.admin.why import duration
+from django_procedures.models import Lease, ProcedureRun
+from django_procedures.policy.status import CLAIMABLE, RunStatus
+from django_procedures.store.claim import unknown_types
+
+WINDOW = timedelta(hours=24)
+#: A worker is "seen recently" if it claimed something within this many minutes, or holds a lease now.
+WORKER_MINUTES = 15
+FAILED = (RunStatus.FAILED, RunStatus.ROLLED_BACK)
+UNFINISHED = (RunStatus.READY, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.RETRYING, RunStatus.ROLLING_BACK)
+
+
+@dataclass(frozen=True)
+class WorkerSeen:
+    worker: str
+    claims: int
+    open_leases: int
+    last_claim: datetime | None
+
+
+def status_counts(since: datetime) -> list[tuple[str, int]]:
+    """Procedures created since ``since``, by status (every status listed, zeros included)."""
+    found = dict(ProcedureRun.objects.filter(created_at__gte=since).order_by()
+                 .values_list("status").annotate(n=Count("id")))
+    return [(status.value, found.get(status.value, 0)) for status in RunStatus]
+
+
+def unfinished_counts() -> list[tuple[str, int]]:
+    """Unfinished procedures of any age, by status (each count read from the status index)."""
+    found = dict(ProcedureRun.objects.filter(status__in=UNFINISHED).order_by()
+                 .values_list("status").annotate(n=Count("id")))
+    return [(status.value, found.get(status.value, 0)) for status in UNFINISHED]
+
+
+def failing_types(since: datetime, limit: int = 10) -> list[dict[str, Any]]:
+    """Types with the most procedures that failed (or rolled back) since ``since``, most first."""
+    return list(ProcedureRun.objects.filter(status__in=FAILED, created_at__gte=since).order_by()
+                .values("type_name").annotate(failed=Count("id"), last=Max("finished_at"))
+                .order_by("-failed", "type_name")[:limit])
+
+
+def queue_lag(now: datetime) -> list[dict[str, Any]]:
+    """Per queue: due ready or retrying procedures and the age of the oldest (how far workers lag)."""
+    rows = (ProcedureRun.objects.filter(status__in=CLAIMABLE, run_at__lte=now).order_by()
+            .values("queue").annotate(due=Count("id"), oldest=Min("run_at")).order_by("oldest"))
+    return [{**row, "lag": duration((now - row["oldest"]).total_seconds())} for row in rows]
+
+
+def workers_seen(now: datetime, minutes: int = WORKER_MINUTES) -> list[WorkerSeen]:
+    """Workers that claimed a procedure in the last ``minutes`` minutes, or hold a lease now."""
+    since = now - timedelta(minutes=minutes)
+    rows = (Lease.objects.filter(Q(claimed_at__gte=since) | Q(released_at__isnull=True)).order_by()
+            .values("worker").annotate(claims=Count("id", filter=Q(claimed_at__gte=since)),
+                                       open=Count("id", filter=Q(released_at__isnull=True)),
+                                       last=Max("claimed_at")).order_by("-last"))
+    return [WorkerSeen(r["worker"], r["claims"], r["open"], r["last"]) for r in rows]
+
+
+def dashboard_context(now: datetime) -> dict[str, Any]:
+    since = now - WINDOW
+    lag = queue_lag(now)
+    oldest = min((row["oldest"] for row in lag), default=None)
+    return {
+        "since": since,
+        "status_counts": status_counts(since),
+        "unfinished_counts": unfinished_counts(),
+        "failing_types": failing_types(since),
+        "queue_lag": lag,
+        "oldest_due": oldest,
+        "oldest_due_age": None if oldest is None else duration((now - oldest).total_seconds()),
+        "workers": workers_seen(now),
+        "worker_minutes": WORKER_MINUTES,
+        "unknown_types": unknown_types(registry.type_names()),
+        # Schedules (issue 4): a "schedules" panel with their metrics goes here once the Schedule model lands.
+    }

@@ -1,0 +1,79 @@
+"""Pure formatting for the admin: step labels, attempt counts, ages, redacted pretty JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django_procedures.admin.why import duration
+
+MASK = "••••••"
+LEASED = frozenset({"running", "rolling_back"})
+FINAL = frozenset({"done", "failed", "rolled_back", "cancelled"})
+
+
+def step_label(step: int, step_name: str, total: int | None, *, machine: bool = False,
+               in_rollback: bool = False) -> str:
+    """``"3/5 · name"``: the step to run (1-based) of the class's steps; ``?`` when the type is unknown.
+
+    ``step`` counts committed steps and ``step_name`` names the next one; a
+    finished procedure shows how far it got (``"5/5"``). A state machine
+    (``execute()``) has no total and shows its checkpoint count.
+    """
+    if machine:
+        label = f"#{step + 1} · {step_name}" if step_name else f"#{step}"
+    else:
+        of = "?" if total is None else str(total)
+        label = f"{step + 1}/{of} · {step_name}" if step_name else f"{step}/{of}"
+    return f"{label} · rollback" if in_rollback else label
+
+
+def attempts_made(status: str, attempt: int) -> int | None:
+    """Attempts of the current step so far (``attempt`` numbers the next try, or the one in flight).
+
+    None for a ``done`` procedure: it has no current step.
+    """
+    if status == "done":
+        return None
+    return attempt if status in LEASED else max(attempt - 1, 0)
+
+
+def age(moment: datetime | None, now: datetime) -> str:
+    return "—" if moment is None else duration((now - moment).total_seconds())
+
+
+def run_duration(started: datetime | None, finished: datetime | None, now: datetime) -> str:
+    """How long it ran: start to finish, or start to now while unfinished; ``—`` if it never started."""
+    if started is None:
+        return "—"
+    return duration(((finished or now) - started).total_seconds())
+
+
+def redact(value: Any, keys: Iterable[str], mask: str = MASK) -> Any:
+    """A copy of ``value`` with every dict entry whose key is in ``keys`` masked, at any depth.
+
+    Keys compare case-insensitively; lists and nested dicts are walked; other
+    values are returned as they are.
+    """
+    wanted = {k.lower() for k in keys}
+    if not wanted:
+        return value
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, dict):
+            return {k: (mask if isinstance(k, str) and k.lower() in wanted else walk(v)) for k, v in item.items()}
+        if isinstance(item, list | tuple):
+            return [walk(v) for v in item]
+        return item
+
+    return walk(value)
+
+
+def pretty_json(value: Any, limit: int = 200_000) -> str:
+    """Indented JSON, non-ASCII kept readable; cut at ``limit`` characters with a note."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    if len(text) > limit:
+        return text[:limit] + f"\n… ({len(text) - limit:,} more characters not shown)"
+    return text

@@ -1,0 +1,138 @@
+"""The procedure page's content: tree with reasons, step timeline, leases, redacted JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+from django.utils.safestring import mark_safe
+
+from django_procedures.admin.display import (
+    FINAL,
+    LEASED,
+    attempts_made,
+    pretty_json,
+    redact,
+    run_duration,
+    step_label,
+)
+from django_procedures.admin.reads import Node, Tree, lease_clock, load_tree, procedure_class, step_total
+from django_procedures.admin.why import Reason, explain
+from django_procedures.conf import conf
+from django_procedures.models import Lease, ProcedureRun, Step
+
+STEP_LIMIT = 500
+LEASE_LIMIT = 100
+
+
+@dataclass
+class TreeLine:
+    """One line of the nested tree list: the node, its depth change markers and why it is not running."""
+
+    node: Node
+    step: str
+    attempts: int | None
+    reasons: tuple[Reason, ...]
+    current: bool
+    opens: bool  # this node has children: the template opens a nested list after it
+    closes: int  # nested lists to close after this node
+
+    @property
+    def close_tags(self) -> str:
+        return mark_safe("</ul></li>" * self.closes)  # constant markup
+
+
+@dataclass
+class TimelineRow:
+    index: int
+    name: str
+    status: str
+    attempt: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration: str
+    error: str
+
+
+def tree_lines(tree: Tree, current_id: Any, now: datetime, lease_now: datetime) -> list[TreeLine]:
+    """The tree flattened depth-first for a nested ``<ul>``, each unfinished node with its reasons."""
+    lines: list[TreeLine] = []
+    if tree.root is None:
+        return lines
+
+    def visit(node: Node, depth: int) -> None:
+        row = node.row
+        total, machine = step_total(row.type_name)
+        reasons = explain(node.facts, now, lease_now) if node.facts is not None else ()
+        lines.append(TreeLine(node, step_label(row.step, row.step_name, total, machine=machine,
+                                               in_rollback=row.in_rollback and row.status not in FINAL),
+                              attempts_made(row.status, row.attempt), reasons, row.id == current_id,
+                              bool(node.children), 0))
+        for child in node.children:
+            visit(child, depth + 1)
+        if node.children:
+            lines[-1].closes += 1
+
+    visit(tree.root, 0)
+    return lines
+
+
+def timeline(run: ProcedureRun, now: datetime) -> tuple[list[TimelineRow], bool]:
+    """Ended step attempts in order, then the step in flight or next to run; and whether rows were cut."""
+    steps = list(Step.objects.filter(procedure_id=run.id).order_by("index", "attempt", "id")
+                 .values_list("index", "name", "status", "attempt", "started_at", "finished_at", "error")
+                 [:STEP_LIMIT + 1])
+    cut = len(steps) > STEP_LIMIT
+    out = [TimelineRow(i, name, status, attempt, started, finished, run_duration(started, finished, now), error)
+           for i, name, status, attempt, started, finished, error in steps[:STEP_LIMIT]]
+    if run.status in LEASED and run.step_name:
+        name = "rollback" if run.in_rollback else run.step_name
+        out.append(TimelineRow(run.step, name, "running", run.attempt, run.step_started_at, None,
+                               run_duration(run.step_started_at, None, now), ""))
+    elif run.status not in FINAL and run.step_name:
+        out.append(TimelineRow(run.step, run.step_name, "next", run.attempt, None, None, "—", ""))
+    return out, cut
+
+
+def redaction_keys(type_name: str) -> list[str]:
+    """Keys masked on this procedure's page: its class's ``redact`` and the ``REDACT`` setting."""
+    cls = procedure_class(type_name)
+    return sorted({*(getattr(cls, "redact", ()) or ()), *(conf.REDACT or ())})
+
+
+def page_context(run: ProcedureRun) -> dict[str, Any]:
+    """Everything the procedure page shows about ``run`` (a fixed number of queries)."""
+    now = timezone.now()
+    lease_now = lease_clock()
+    tree = load_tree(run)
+    steps, steps_cut = timeline(run, now)
+    leases = list(Lease.objects.filter(procedure_id=run.id).order_by("-token")[:LEASE_LIMIT])
+    for lease in leases:
+        lease.held = run_duration(lease.claimed_at, lease.released_at, lease_now)  # type: ignore[attr-defined]
+    keys = redaction_keys(run.type_name)
+    total, machine = step_total(run.type_name)
+    node = tree.nodes[run.id]
+    return {
+        "run": run,
+        "ancestors": tree.ancestors,
+        "tree_lines": tree_lines(tree, run.id, now, lease_now),
+        "tree_truncated": tree.truncated,
+        "tree_size": len(tree.nodes),
+        "reasons": explain(node.facts, now, lease_now) if node.facts is not None else (),
+        "step_text": step_label(run.step, run.step_name, total, machine=machine,
+                                in_rollback=run.in_rollback and run.status not in FINAL),
+        "attempts": attempts_made(run.status, run.attempt),
+        "type_known": procedure_class(run.type_name) is not None,
+        "steps": steps,
+        "steps_cut": steps_cut,
+        "leases": leases,
+        "lease_limit": LEASE_LIMIT,
+        "redacted_keys": keys,
+        "state_json": pretty_json(redact(run.state, keys)),
+        "output_json": None if run.output is None else pretty_json(redact(run.output, keys)),
+        "lock_keys": [(name, mode) for name, mode in (run.lock_keys or [])],
+        "duration": run_duration(run.started_at, run.finished_at, now),
+        "now": now,
+    }

@@ -1,0 +1,171 @@
+"""The operator's admin in a real browser: find a failed procedure, open its tree, retry it.
+
+Playwright for Python drives Debian's Chromium (``/usr/bin/chromium``; never a
+downloaded browser) against pytest-django's live server. PostgreSQL only.
+Screenshots are saved under ``artifacts/screenshots/`` as test artifacts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connections
+
+from django_procedures.models import ProcedureRun
+from django_procedures.runtime.executor import RunningClaim, execute
+from django_procedures.store.claim import claim
+from django_procedures.testing import drain
+from testproject.testapp.procedures import Flaky, Leaf, Parent, Refuses, ThreeSteps
+from tests.admin.helpers import CANCEL, RETRY, VIEW, changelist_url, dashboard_url, page_url, retry_url, staff
+
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+try:
+    from playwright.sync_api import Page, sync_playwright
+except ImportError:  # pragma: no cover - depends on the environment
+    sync_playwright = None
+
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.browser,
+    pytest.mark.skipif(sync_playwright is None, reason="playwright is not installed (pip install playwright; "
+                                                       "never 'playwright install': Debian's chromium is used)"),
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install chromium)"),
+]
+
+
+@pytest.fixture
+def browser(monkeypatch) -> Iterator[Any]:
+    # Playwright's sync API runs an event loop in this thread; the ORM calls of the test are still synchronous.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+            # Under Playwright's greenlets the test's ORM calls get a connection of their own (Django keys
+            # connections by context); close it, or the test database cannot be dropped at the end.
+            connections.close_all()
+
+
+def open_page(browser, live_server, username: str) -> Page:
+    """A new browser page, logged in through the admin's login form."""
+    page = browser.new_page(viewport={"width": 1440, "height": 860})
+    page.set_default_timeout(15_000)
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", "pw")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#user-tools")
+    # More room for the list: collapse the admin's navigation sidebar (it remembers that in localStorage).
+    page.evaluate("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
+    return page
+
+
+def shot(page: Page, name: str) -> None:
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
+
+
+def seed_failures() -> ProcedureRun:
+    """Some history, and a tree whose second leaf failed (so its parent rolled back)."""
+    ThreeSteps.submit({"tenant": "acme"})
+    Refuses.submit({"tenant": "globex"})
+    Flaky.submit({"fail_times": 2})
+    Parent.submit({"fanout": 3, "failing": [1]})
+    drain()
+    ThreeSteps.submit(queue="emails")
+    return ProcedureRun.objects.get(type_name="testapp.Leaf", status="failed")
+
+
+def test_an_operator_finds_a_failed_procedure_opens_its_tree_and_retries_it(browser, live_server):
+    staff("operator", VIEW, RETRY, CANCEL)
+    leaf = seed_failures()
+    page = open_page(browser, live_server, "operator")
+
+    page.goto(live_server.url + changelist_url())
+    shot(page, "01-procedures-list")
+    page.click("#changelist-filter a[href*='status__exact=failed']")
+    page.wait_for_url("**status__exact=failed**")
+    rows = page.locator("#result_list tbody tr")
+    assert rows.count() == 2  # the leaf and the Refuses
+    shot(page, "02-failed-procedures")
+    page.locator("#result_list tbody tr", has_text="testapp.Leaf").locator("th a").click()
+
+    page.wait_for_selector("#proc-tree")
+    tree = page.locator("#proc-tree").inner_text()
+    assert "testapp.Parent" in tree and tree.count("testapp.Leaf") == 3
+    assert page.locator("#proc-status").inner_text() == "failed"
+    assert "NonRetryable: leaf 1 refuses" in page.locator("#proc-error").inner_text()
+    assert page.locator(".breadcrumbs a", has_text="testapp.Parent").count() == 1
+    shot(page, "03-procedure-page")
+
+    page.click("#proc-retry")
+    page.wait_for_selector("#proc-plan")
+    assert "failed → ready" in page.locator("#proc-plan").inner_text()
+    shot(page, "04-confirm-retry")
+    page.click("#proc-confirm")
+
+    page.wait_for_selector(".messagelist")
+    assert "Retried 1 procedure; it is ready again." in page.locator(".messagelist").inner_text()
+    assert page.locator("#proc-status").inner_text() == "ready"
+    shot(page, "05-retried")
+    assert ProcedureRun.objects.get(id=leaf.id).status == "ready"
+
+
+def test_a_viewer_cannot_retry(browser, live_server):
+    staff("viewer", VIEW)
+    leaf = seed_failures()
+    page = open_page(browser, live_server, "viewer")
+
+    page.goto(live_server.url + changelist_url("status__exact=failed"))
+    options = page.locator("select[name=action] option").all_inner_texts() if page.locator(
+        "select[name=action]").count() else []
+    assert not [o for o in options if "Retry" in o or "Cancel" in o]
+    page.goto(live_server.url + page_url(leaf.id))
+    page.wait_for_selector("#proc-tree")
+    assert page.locator("#proc-retry").count() == 0 and page.locator("#proc-cancel").count() == 0
+    shot(page, "06-viewer-page")
+
+    token = next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
+    headers = {"Referer": live_server.url + page_url(leaf.id)}
+    forged = page.request.post(live_server.url + retry_url(leaf.id), headers=headers,
+                               form={"csrfmiddlewaretoken": token, "post": "yes"})
+    assert forged.status == 403
+    forged_action = page.request.post(live_server.url + changelist_url(), headers=headers, form={
+        "csrfmiddlewaretoken": token, "action": "retry_selected", "_selected_action": str(leaf.id),
+        "index": "0", "post": "yes"})
+    assert forged_action.status in (200, 302)
+    assert ProcedureRun.objects.get(id=leaf.id).status == "failed"
+
+
+def test_a_running_tree_says_why_each_member_is_not_running(browser, live_server):
+    staff("operator", VIEW, RETRY, CANCEL)
+    Flaky.submit({"fail_times": 2})
+    drain()
+    parent = Parent.submit({"fanout": 3})
+    (spawning,) = claim("worker-1@app-1", type_names=[Parent.type_name], limit=1, lease_seconds=30)
+    execute(RunningClaim(spawning))
+    claim("worker-2@app-2", type_names=[Leaf.type_name], limit=1, lease_seconds=30)
+    page = open_page(browser, live_server, "operator")
+
+    page.goto(live_server.url + page_url(parent.id))
+    page.wait_for_selector("#proc-tree")
+    reasons = page.locator("#proc-tree .proc-why").all_inner_texts()
+    assert reasons[0] == "waiting for children: 3 left"
+    assert any(r.startswith("running, leased by worker worker-2@app-2; last heartbeat") for r in reasons)
+    assert sum("waiting for a worker of its queue" in r for r in reasons) == 2
+    shot(page, "07-tree-reasons")
+
+    page.goto(live_server.url + dashboard_url())
+    page.wait_for_selector("#dash-workers")
+    assert "worker-2@app-2" in page.locator("#dash-workers").inner_text()
+    shot(page, "08-dashboard")

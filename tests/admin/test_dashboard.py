@@ -1,0 +1,79 @@
+"""The dashboard: the last 24 hours by status, failing types, queue lag, workers seen."""
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_procedures.admin.dashboard import dashboard_context
+from django_procedures.models import ProcedureRun
+from django_procedures.store.claim import claim
+from django_procedures.testing import drain
+from testproject.testapp.procedures import Flaky, Refuses, ThreeSteps
+from tests.admin.helpers import dashboard_url
+
+pytestmark = pytest.mark.django_db
+
+
+def seed():
+    """3 failed and 1 retrying; 2 due in emails (one for 7 minutes), 1 not due yet; 1 claimed by worker-a."""
+    for _ in range(3):
+        Refuses.submit()
+    Flaky.submit({"fail_times": 1})
+    drain()
+    old = ThreeSteps.submit(queue="emails")
+    ProcedureRun.objects.filter(id=old.id).update(run_at=timezone.now() - timedelta(minutes=7))
+    ThreeSteps.submit(queue="emails")
+    ThreeSteps.submit(run_after=timedelta(hours=1))
+    ThreeSteps.submit(queue="work")
+    claim("worker-a@host", type_names=[ThreeSteps.type_name], queues=["work"], limit=5, lease_seconds=30)
+
+
+def test_dashboard_context():
+    seed()
+    context = dashboard_context(timezone.now())
+    counts = dict(context["status_counts"])
+    assert (counts["failed"], counts["retrying"], counts["ready"], counts["running"], counts["done"]) == (
+        3, 1, 3, 1, 0)
+    assert dict(context["unfinished_counts"])["ready"] == 3
+    assert context["failing_types"][0]["type_name"] == "testapp.Refuses"
+    assert context["failing_types"][0]["failed"] == 3
+    (lag,) = context["queue_lag"]  # the retrying one is not due yet
+    assert (lag["queue"], lag["due"]) == ("emails", 2) and lag["lag"].startswith("7m")
+    assert context["oldest_due_age"].startswith("7m")
+    workers = {w.worker: w for w in context["workers"]}
+    assert (workers["worker-a@host"].claims, workers["worker-a@host"].open_leases) == (1, 1)
+    assert workers[next(w for w in workers if w.startswith("drain:"))].open_leases == 0
+    assert context["unknown_types"] == {}
+
+
+def test_a_worker_holding_an_old_lease_is_still_seen():
+    ThreeSteps.submit()
+    claim("worker-b@host", type_names=[ThreeSteps.type_name], limit=1, lease_seconds=30)
+    (seen,) = dashboard_context(timezone.now() + timedelta(hours=1))["workers"]
+    assert (seen.worker, seen.claims, seen.open_leases) == ("worker-b@host", 0, 1)
+
+
+def test_dashboard_page_and_its_links(operator_client):
+    seed()
+    with CaptureQueriesContext(connection) as captured:
+        response = operator_client.get(dashboard_url())
+    html = response.content.decode()
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+    assert response.status_code == 200
+    assert "Created in the last 24 hours, by status" in text
+    assert "The oldest due procedure has waited 7m" in text
+    assert "testapp.Refuses" in text and "worker-a@host" in text
+    assert len(captured) < 15
+    index = operator_client.get("/admin/django_procedures/").content.decode()
+    assert dashboard_url() in index
+    assert dashboard_url() in operator_client.get("/admin/django_procedures/procedurerun/").content.decode()
+
+
+def test_viewers_without_the_view_permission_are_refused(db, django_user_model, client):
+    user = django_user_model.objects.create_user("nobody", password="pw", is_staff=True)
+    client.force_login(user)
+    assert client.get(dashboard_url()).status_code == 403
