@@ -49,3 +49,6 @@ def test_the_table_shows_each_schedule_and_its_metrics():
                        "0", "125000", "0", "0", "enabled"]
     assert nightly[:4] == ["nightly", "fixed_rate", "cron 30 2 * * * Europe/Berlin", "2030-01-02 01:30:00"]
     assert nightly[4:] == ["0", "0", "0", "0", "0", "0", "-", "-", "-", "paused: holiday"]  # never ticked
+    out = StringIO()
+    call_command("procedures_schedules", stdout=out)
+    assert all(line == line.rstrip() for line in out.getvalue().splitlines()), "no trailing spaces"

@@ -38,6 +38,6 @@ class Command(BaseCommand):
             self.stdout.write("no schedules")
             return
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(COLUMNS)]
-        self.stdout.write("  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths, strict=True)))
+        self.stdout.write("  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths, strict=True)).rstrip())
         for r in rows:
-            self.stdout.write("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+            self.stdout.write("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
