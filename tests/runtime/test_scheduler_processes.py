@@ -70,9 +70,8 @@ def test_a_worker_with_scheduler_runs_a_one_second_schedule(workers):
     assert worker.wait(20) == 0, worker.describe()
 
     assert_books_balance(schedule, first_tick)
-    # The schedule was due at once, before the worker was up: ticks missed while it started are skips.
-    schedule.refresh_from_db()
-    assert schedule.runs >= 3 and schedule.next_tick_at > first_tick + 3 * SECOND
+    # (The schedule was due at once, maybe more than a second before the worker was up: ticks missed while it
+    # started are skips, which the books above count.)
     assert not worker.log_lines(level="ERROR") and "Traceback" not in worker.log()
 
 
