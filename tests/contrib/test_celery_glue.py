@@ -121,6 +121,22 @@ def test_the_setup_repairs_an_entry_edited_by_hand_but_keeps_the_operators_choic
     assert (task.queue, task.priority) == ("ticks", 3)
 
 
+def test_losing_the_race_to_create_the_entry_updates_it_instead(monkeypatch):
+    """Two hosts migrating at once: both look, find nothing, insert; the loser's insert hits the unique name."""
+    PeriodicTask.objects.filter(name=PERIODIC_TASK_NAME).update(expire_seconds=5)  # the winner's, out of date
+    looks = []
+    real = beat._locked_entry
+
+    def first_look_finds_nothing(using):
+        looks.append(using)
+        return None if len(looks) == 1 else real(using)
+
+    monkeypatch.setattr(beat, "_locked_entry", first_look_finds_nothing)
+    result = beat.setup_periodic_task()
+    assert (result.action, result.changed, len(looks)) == ("updated", ("expire_seconds",), 2)
+    assert PeriodicTask.objects.filter(name=PERIODIC_TASK_NAME).count() == 1 and entry().expire_seconds == 60
+
+
 def test_a_disabled_entry_stays_disabled_unless_asked():
     PeriodicTask.objects.filter(name=PERIODIC_TASK_NAME).update(enabled=False)
     out = setup_command()

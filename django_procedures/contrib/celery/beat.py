@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
-from django.db import connections, router, transaction
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.db import IntegrityError, connections, router, transaction
 from django_celery_beat.models import IntervalSchedule, PeriodicTask, PeriodicTasks
 
 from django_procedures.conf import conf
@@ -101,12 +101,21 @@ def setup_periodic_task(*, using: str = "default", enable: bool = False) -> Beat
     """Create the beat entry, or bring its task, interval, arguments and expiry up to date.
 
     Idempotent: a second call changes nothing and reports ``unchanged``. ``enable``
-    also re-enables an entry an operator disabled (left alone otherwise).
+    also re-enables an entry an operator disabled (left alone otherwise). Safe when
+    several hosts run ``migrate`` at once: the one that loses the race to create the
+    entry updates it instead.
     """
+    try:
+        return _setup(using, enable)
+    except (IntegrityError, ValidationError):  # another process created the entry between our look and our save
+        return _setup(using, enable)
+
+
+def _setup(using: str, enable: bool) -> BeatSetup:
     tick_seconds = float(conf.TICK_SECONDS)
     every = interval_seconds(tick_seconds)
     with transaction.atomic(using=using):
-        task = PeriodicTask.objects.using(using).select_for_update().filter(name=PERIODIC_TASK_NAME).first()
+        task = _locked_entry(using)
         interval = _interval(using, every, task)
         wanted: dict[str, Any] = {
             "task": TASK_NAME, "interval": interval, "crontab": None, "solar": None, "clocked": None,
@@ -126,6 +135,10 @@ def setup_periodic_task(*, using: str = "default", enable: bool = False) -> Beat
                 setattr(task, field, value)
             task.save(using=using)  # save(), not update(): django-celery-beat's schedulers notice the change
         return BeatSetup("updated" if changed else "unchanged", every, tick_seconds, tuple(changed), task.enabled)
+
+
+def _locked_entry(using: str) -> PeriodicTask | None:
+    return PeriodicTask.objects.using(using).select_for_update().filter(name=PERIODIC_TASK_NAME).first()
 
 
 def _interval(using: str, every: int, task: PeriodicTask | None) -> IntervalSchedule:
