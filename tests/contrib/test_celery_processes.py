@@ -91,7 +91,7 @@ class Stack(Workers):
         import redis
 
         client = redis.Redis.from_url(self.broker)
-        client.delete(self.queue, f"_kombu.binding.{self.queue}")
+        client.delete(self.queue, f"_kombu.binding.{self.queue}", f"_kombu.binding_permanent.{self.queue}")
         client.close()
 
 
