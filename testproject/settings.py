@@ -26,7 +26,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django_celery_beat",
     "django_procedures",
+    "django_procedures.contrib.celery",
     "testproject.demo",
     "testproject.testapp",
 ]
@@ -88,6 +90,15 @@ DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL", "sqlite
 
 # PROCEDURES_JSON (a JSON object) lets tests configure worker subprocesses, e.g. {"SWEEP_SECONDS": 0.5}.
 PROCEDURES = json.loads(os.environ.get("PROCEDURES_JSON") or "{}")
+
+# Celery (testproject/celery.py reads the CELERY_* settings). CELERY_TASK_DEFAULT_QUEUE lets a test run use
+# a queue of its own on a shared Redis database.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/7")
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "celery")
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 LOGGING = {
     "version": 1,

@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
+from django_procedures import clock
 from django_procedures.policy.cron import CronError, CronExpression
 from django_procedures.policy.schedule import Cadence, Missed, Mode, ScheduleSettings, every
 
@@ -73,6 +74,16 @@ class Schedule(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # A new enabled schedule without a first tick (made in the admin, a fixture, the shell) gets the one
+        # register_schedule would give it; otherwise no pass would ever find it due.
+        if self._state.adding and self.enabled and self.next_tick_at is None and (self.period or self.cron):
+            try:
+                self.next_tick_at = self.first_tick(clock.now())
+            except ValueError:  # a cron expression that does not parse: clean() and the constraints say why
+                pass
+        super().save(*args, **kwargs)
+
     # -- the cadence ---------------------------------------------------------------------------
 
     @property
@@ -89,6 +100,13 @@ class Schedule(models.Model):
             return lambda after: expression.next_after(after, zone)
         assert self.period is not None
         return every(self.period)
+
+    def first_tick(self, now: datetime) -> datetime:
+        """A rate schedule with no initial delay is due at once; a cron one at its first fire time after that."""
+        start = now + (self.initial_delay or timedelta(0))
+        if self.cron:
+            return self.cadence()(start - timedelta(microseconds=1))
+        return start
 
     def pending(self) -> tuple[datetime, ...]:
         return tuple(datetime.fromisoformat(t) for t in self.pending_ticks)

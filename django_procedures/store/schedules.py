@@ -30,10 +30,7 @@ DEFINITION = ("procedure", "mode", "period", "cron", "timezone", "initial_delay"
 
 def first_tick(schedule: Schedule, now: datetime) -> datetime:
     """A rate schedule with no initial delay is due at once; a cron one at its first fire time after that."""
-    start = now + (schedule.initial_delay or timedelta(0))
-    if schedule.cron:
-        return schedule.cadence()(start - timedelta(microseconds=1))
-    return start
+    return schedule.first_tick(now)
 
 
 def register_schedule(name: str, procedure: type[Procedure] | str, *, mode: str = "fixed_rate",

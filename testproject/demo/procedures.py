@@ -8,6 +8,9 @@ Three small stories, each a few lines of plain Python:
   when the retry policy runs it again half a second later.
 - ``SyncToCRM``: the CRM keeps answering 503, so the step uses up its budget
   of three attempts and the procedure fails for good.
+- ``RefreshRates``: a quick one-step procedure that the demo's schedule starts
+  every second (``register_schedule(..., period=timedelta(seconds=1))``), ticked
+  by the worker itself (``procedures_worker --with-scheduler``).
 
 The failures are simulated and the sleeps stand for real work, so the
 durations in the demo's table are not all zero.
@@ -95,3 +98,14 @@ class SyncToCRM(Procedure):
     def push_to_crm(self, ctx):
         work(0.03)
         raise RuntimeError("CRM returned HTTP 503")
+
+
+class RefreshRates(Procedure):
+    """Refresh exchange rates: one quick step, started every second by a schedule."""
+
+    type_name = "demo.RefreshRates"
+
+    @step
+    def fetch_rates(self, ctx):
+        work(0.02)
+        return Status.done(output={"EUR/USD": 1.08, "EUR/GBP": 0.86})

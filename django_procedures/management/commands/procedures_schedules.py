@@ -17,12 +17,16 @@ def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
 
+def _ms(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
 def row(s: Schedule) -> list[str]:
     cadence = f"cron {s.cron} {s.timezone}".strip() if s.cron else f"every {s.period}"
     state = "enabled" if s.enabled else f"paused: {s.disabled_reason}" if s.disabled_reason else "paused"
     return [s.name, s.mode, cadence, _when(s.next_tick_at), str(s.active_runs), str(len(s.pending_ticks)),
-            str(s.runs), str(s.failures), str(s.skips), str(s.overlaps), str(s.last_drift_ms or 0),
-            str(s.last_elapsed_ms or "-"), str(s.max_elapsed_ms or "-"), state]
+            str(s.runs), str(s.failures), str(s.skips), str(s.overlaps), _ms(s.last_drift_ms),
+            _ms(s.last_elapsed_ms), _ms(s.max_elapsed_ms), state]
 
 
 class Command(BaseCommand):
@@ -34,6 +38,6 @@ class Command(BaseCommand):
             self.stdout.write("no schedules")
             return
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(COLUMNS)]
-        self.stdout.write("  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths, strict=True)))
+        self.stdout.write("  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths, strict=True)).rstrip())
         for r in rows:
-            self.stdout.write("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+            self.stdout.write("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
