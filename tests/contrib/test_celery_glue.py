@@ -180,7 +180,8 @@ def test_the_core_imports_and_starts_without_celery():
         sys.modules["celery"] = sys.modules["django_celery_beat"] = sys.modules["kombu"] = None
         import django
         from django.conf import settings
-        settings.configure(INSTALLED_APPS=["django.contrib.contenttypes", "django_procedures"],
+        settings.configure(INSTALLED_APPS=["django.contrib.admin", "django.contrib.auth", "django.contrib.contenttypes",
+                                           "django.contrib.sessions", "django.contrib.messages", "django_procedures"],
                            DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
                            USE_TZ=True)
         django.setup()
