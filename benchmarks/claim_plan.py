@@ -127,6 +127,19 @@ _COLUMN_DEFAULTS = {
     "retried_at": "NULL",
     "retried_by": "''",
     "manual_retries": "0",
+    "depth": "0",
+    "pending_children": "0",
+    "suspension": "0",
+    "spawned_in": "0",
+    "position": "0",
+    "failure_handled": "false",
+    "lock_keys": "'[]'::jsonb",
+    "keys_held": "false",
+    "waiting_for_keys": "false",
+    "in_rollback": "false",
+    "rollback_error": "''",
+    "schedule_id": "NULL",
+    "tick_at": "NULL",
 }
 
 _FINISHED = {
@@ -392,12 +405,16 @@ def main(argv: list[str] | None = None) -> int:
 
         types = [name for name, _, _ in REGISTERED]
         cases: list[tuple[str, Callable[[], Any]]] = [
-            ("(a1) claim, LIMIT 10, all registered types, no queue filter",
+            ("(a0) claim's first statement: the lock-key pass (procedures taking keys for the first time)",
              lambda: claim("bench-worker", type_names=types, limit=10, lease_seconds=30)),
+            ("(a1) claim, LIMIT 10, all registered types, no queue filter",
+             lambda: claim("bench-worker", type_names=types, limit=10, lease_seconds=30, keyed=False)),
             ("(a2) claim, LIMIT 10, queues=['emails']",
-             lambda: claim("bench-worker", type_names=types, queues=["emails"], limit=10, lease_seconds=30)),
+             lambda: claim("bench-worker", type_names=types, queues=["emails"], limit=10, lease_seconds=30,
+                           keyed=False)),
             (f"(a3) claim, LIMIT 10, queues=[{EMPTY_QUEUE!r}] (nothing due there: the scan cannot stop early)",
-             lambda: claim("bench-worker", type_names=types, queues=[EMPTY_QUEUE], limit=10, lease_seconds=30)),
+             lambda: claim("bench-worker", type_names=types, queues=[EMPTY_QUEUE], limit=10, lease_seconds=30,
+                           keyed=False)),
             ("(b1) next_due, all registered types", lambda: next_due(type_names=types)),
             ("(b2) next_due, queues=['emails']", lambda: next_due(type_names=types, queues=["emails"])),
             ("(c)  sweep_expired(limit=100): its SELECT ... FOR UPDATE SKIP LOCKED", lambda: sweep_expired(100)),
