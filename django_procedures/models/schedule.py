@@ -69,6 +69,11 @@ class Schedule(models.Model):
                                    name="procedures_schedule_catch_up_pending"),
         ]
         indexes = [models.Index(fields=["next_tick_at"], condition=Q(enabled=True), name="procedures_due_sched_idx")]
+        permissions = [
+            ("pause_schedule", "Can pause schedules"),
+            ("resume_schedule", "Can resume schedules"),
+            ("trigger_schedule", "Can trigger schedules now"),
+        ]
 
     def __str__(self) -> str:
         return self.name
