@@ -137,6 +137,8 @@ def validation_errors(s: Schedule) -> dict[str, str]:
         if s.mode == Mode.FIXED_DELAY:
             errors["cron"] = ("fixed_delay runs a period after the previous run finishes, so it needs a period, "
                               "not a cron expression; use mode fixed_rate for cron")
+            if s.period is None:
+                errors["period"] = "fixed_delay needs a period: the time from the end of one run to the next start"
         else:
             try:
                 CronExpression.parse(s.cron)

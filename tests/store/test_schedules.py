@@ -210,6 +210,7 @@ def test_save_schedule_refuses_what_clean_refuses():
     ({"missed": "catch_up", "max_pending": 0}, "max_pending", "set max_pending to 1 or more"),
     ({"period": None, "cron": "61 * * * *"}, "cron", "minute must be between 0 and 59"),
     ({"period": None, "cron": "0 * * * *", "mode": "fixed_delay"}, "cron", "fixed_delay runs a period after"),
+    ({"period": None, "cron": "0 * * * *", "mode": "fixed_delay"}, "period", "fixed_delay needs a period"),
     ({"timezone": "Mars/Olympus"}, "timezone", "unknown time zone"),
     ({"state": {"x": float("nan")}}, "state", "state['x'] is nan"),
 ])
