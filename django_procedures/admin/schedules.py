@@ -7,6 +7,7 @@ permissions), and saving goes through ``store.schedules.save_schedule``.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django import forms
@@ -60,6 +61,14 @@ class ScheduleForm(forms.ModelForm):
             if current and current not in names:
                 choices.append((current, f"{current} (not registered in this process)"))
             self.fields["procedure"].widget = forms.Select(choices=choices)
+
+    def clean_state(self) -> Any:
+        state = self.cleaned_data.get("state")
+        return {} if state is None else state  # left empty: no state
+
+    def clean_initial_delay(self) -> Any:
+        delay = self.cleaned_data.get("initial_delay")
+        return timedelta(0) if delay is None else delay  # left empty: none
 
 
 class ScheduleAdmin(ScheduleConfirmations, admin.ModelAdmin):

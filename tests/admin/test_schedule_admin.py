@@ -244,3 +244,10 @@ def test_a_viewer_reads_every_schedule_field_but_edits_none(db):
     assert viewer.post(schedule_url(s.id), {**VALID, "name": "beat", "queue": "x"}).status_code == 403
     assert viewer.get(schedule_add_url()).status_code == 403
     assert Schedule.objects.get(id=s.id).queue == ""
+
+
+def test_empty_state_and_initial_delay_mean_none(client):
+    response = client.post(schedule_add_url(), {**VALID, "state": "", "initial_delay": ""})
+    assert response.status_code == 302, [field_errors(response, f) for f in ("state", "initial_delay")]
+    s = Schedule.objects.get(name="new")
+    assert (s.state, s.initial_delay) == ({}, timedelta(0))
