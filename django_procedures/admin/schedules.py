@@ -262,7 +262,7 @@ class ScheduleAdmin(ScheduleConfirmations, admin.ModelAdmin):
         return self._button(request, object_id, self.has_trigger_permission, self.confirm_trigger)
 
     def _button(self, request: HttpRequest, object_id: str, allowed: Any, confirm: Any) -> HttpResponse:
-        if not allowed(request):
+        if not (allowed(request) and self.has_view_or_change_permission(request)):
             raise PermissionDenied
         schedule = self.get_object(request, unquote(object_id))
         if schedule is None:

@@ -220,6 +220,15 @@ def test_each_action_has_its_own_permission(db):
     assert fresh(s).enabled and runs_of(s) == 0
 
 
+def test_an_action_permission_without_the_view_permission_is_not_enough(db):
+    s = make("s")
+    blind = client_for(staff("blind", PAUSE, TRIGGER))
+    assert blind.post(schedule_button_url(s.pk, "pause"), {"post": "yes"}).status_code == 403
+    assert blind.post(schedule_button_url(s.pk, "trigger"), {"post": "yes"}).status_code == 403
+    assert act(blind, "pause_selected", [s], confirm=True).status_code == 403
+    assert fresh(s).enabled and runs_of(s) == 0
+
+
 def test_changing_a_schedule_does_not_pause_it(db):
     s = make("s")
     editor = client_for(staff("editor", VIEW_SCHEDULE, "change_schedule"))
