@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from django.db import connections
+from django.utils import timezone
 
 from django_procedures import register_schedule, tick
 from django_procedures.models import ProcedureRun, Schedule
@@ -198,7 +199,8 @@ def seed_schedules() -> Schedule:
     tick()
     drain()
     Schedule.objects.filter(id=sync.id).update(runs=71, skips=2, overlaps=5, last_drift_ms=840)
-    Schedule.objects.filter(id=invoices.id).update(runs=3, failures=4, last_drift_ms=1_250)
+    Schedule.objects.filter(id=invoices.id).update(runs=3, failures=4, last_drift_ms=1_250,
+                                                   last_tick_at=timezone.now() - timedelta(hours=2))
     return nightly
 
 
