@@ -6,10 +6,11 @@ Run from the repository root::
         .venv/bin/python -m benchmarks.admin_plans
 
 The script drops and creates the database named by ``DATABASE_URL``, migrates
-it, seeds ``ProcedureRun`` rows (roots and children, finished over 400 days,
-some unfinished now) and one ``Lease`` per started procedure with ``INSERT ...
-SELECT generate_series``, runs ``VACUUM ANALYZE``, then requests each admin
-page with Django's test client as a superuser. Every SELECT the page issued on
+it, seeds 40 schedules, ``ProcedureRun`` rows (roots and children, finished
+over 400 days, some unfinished now, 50,000 runs of those schedules) and one
+``Lease`` per started procedure with ``INSERT ... SELECT generate_series``,
+runs ``VACUUM ANALYZE``, then requests each admin page with Django's test
+client as a superuser. Every SELECT the page issued on
 the app's tables is captured and re-run under ``EXPLAIN (ANALYZE, BUFFERS)``;
 the report names the indexes used, any sequential scan, the rows examined and
 the time. The database is dropped at the end unless ``--keep`` is given.
@@ -54,7 +55,7 @@ BASE = {
     "output": "jsonb_build_object('ok', true)", "error": "''", "traceback": "''", "failed_step": "''",
     "failure_can_retry": "false", "created_at": "now() - age", "started_at": "now() - age + interval '1 second'",
     "finished_at": "now() - age + interval '4 seconds'", "retried_at": "NULL", "retried_by": "''",
-    "manual_retries": "0",
+    "manual_retries": "0", "schedule_id": "NULL", "tick_at": "NULL",
 }
 FAILED = {
     "status": "(ARRAY['failed','failed','failed','failed','rolled_back','cancelled'])[1 + g %% 6]",
@@ -70,6 +71,11 @@ UNFINISHED = {
     "lease_owner": "CASE WHEN g %% 5 = 3 THEN 'worker-' || (g %% 8) || '@app-1' ELSE '' END",
     "lease_expires_at": "CASE WHEN g %% 5 = 3 THEN now() + interval '20 seconds' END",
 }
+#: Runs of the seeded schedules: one a minute, round robin over them, going back as far as the rows reach.
+SCHEDULED = {"schedule_id": "%(first_schedule)s + g %% %(schedules)s", "tick_at": "now() - age"}
+#: Schedules seeded, and how many runs they have between them.
+SCHEDULES, SCHEDULED_RUNS = 40, 50_000
+
 CHILD = {
     "parent_id": "md5('root' || (1 + g %% %(trees)s))::uuid", "root_id": "md5('root' || (1 + g %% %(trees)s))::uuid",
     "depth": "1", "spawned_in": "1", "position": "g / %(trees)s",
@@ -86,7 +92,7 @@ LEASE_SQL = """
 
 
 def insert(cursor: Any, table: str, columns: list[str], kind: str, n: int, age: str, *overrides: dict[str, str],
-           trees: int = 1) -> None:
+           trees: int = 1, first_schedule: int = 0) -> None:
     exprs = dict(BASE)
     for override in overrides:
         exprs.update(override)
@@ -98,7 +104,22 @@ def insert(cursor: Any, table: str, columns: list[str], kind: str, n: int, age: 
               FROM generate_series(1::bigint, %(n)s::bigint) AS g) AS s
     """
     cursor.execute(sql, {"kind": kind, "n": n, "types": [t for t, _, _ in TYPES], "queues": [q for _, q, _ in TYPES],
-                         "weighted": weighted, "nw": len(weighted), "errors": ERRORS, "trees": trees})
+                         "weighted": weighted, "nw": len(weighted), "errors": ERRORS, "trees": trees,
+                         "first_schedule": first_schedule, "schedules": SCHEDULES})
+
+
+def seed_schedules() -> int:
+    """``SCHEDULES`` schedules with some metrics, every fifth paused; returns the lowest id."""
+    from datetime import timedelta
+
+    from django_procedures.models import Schedule
+
+    rows = Schedule.objects.bulk_create([
+        Schedule(name=f"{TYPES[i % len(TYPES)][0].split('.')[0]}-sched-{i:02}", procedure=TYPES[i % len(TYPES)][0],
+                 period=timedelta(minutes=1 + i % 30), enabled=i % 5 != 0, disabled_reason="" if i % 5 else "paused",
+                 runs=1000 + i, failures=i % 7, skips=i % 3, last_drift_ms=i * 37)
+        for i in range(SCHEDULES)])
+    return min(s.pk for s in rows)
 
 
 def seed(total: int) -> None:
@@ -110,7 +131,8 @@ def seed(total: int) -> None:
     trees, per_tree = total // 25, 10  # 4% of rows are roots of trees of 10 children: 40% are children
     children = trees * per_tree
     unfinished, failed = 3_000, total // 16
-    roots = total - children - unfinished - failed
+    roots = total - children - unfinished - failed - SCHEDULED_RUNS
+    first_schedule = seed_schedules()
     with connection.cursor() as cursor:
         columns = [c.name for c in connection.introspection.get_table_description(cursor, table)]
         unknown = sorted(set(columns) - set(BASE))
@@ -124,6 +146,8 @@ def seed(total: int) -> None:
             ("failed / rolled back / cancelled", ("failed", failed, spread, FAILED), {}),
             ("unfinished now: ready, retrying, running, waiting", ("open", unfinished,
                                                                    "random() * interval '2 days'", UNFINISHED), {}),
+            (f"runs of {SCHEDULES} schedules, done, one a minute", ("sched", SCHEDULED_RUNS, "g * interval '1 minute'",
+                                                                   SCHEDULED), {"first_schedule": first_schedule}),
         ]:
             started = time.perf_counter()
             insert(cursor, table, columns, *args, **kw)
@@ -224,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         from django.contrib.auth.models import User
         from django.test import Client
 
-        from django_procedures.models import ProcedureRun
+        from django_procedures.models import ProcedureRun, Schedule
 
         if not args.reuse:
             print("seeding:")
@@ -236,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         child = ProcedureRun.objects.filter(depth=1).order_by("-created_at").values_list("id", flat=True).first()
         some_id = ProcedureRun.objects.order_by("created_at").values_list("id", flat=True)[500]
         key = ProcedureRun.objects.filter(key__isnull=False).values_list("key", flat=True).first()
+        schedule = Schedule.objects.order_by("id").values_list("id", flat=True)[1]
         year = ProcedureRun.objects.order_by("-created_at").values_list("created_at", flat=True).first().year
         pages = [
             ("list, unfiltered (newest first)", base),
@@ -254,7 +279,12 @@ def main(argv: list[str] | None = None) -> int:
             ("search, common error words", f"{base}?q=card+was+declined"),
             ("search, words found nowhere", f"{base}?q=zebra+crossing"),
             ("procedure page, a child in a tree of 11", f"{base}{child}/change/"),
+            ("list, one schedule's runs (newest first)", f"{base}?schedule__id__exact={schedule}"),
+            ("list, one schedule's failed runs", f"{base}?schedule__id__exact={schedule}&status__exact=failed"),
+            ("list, not started by a schedule", f"{base}?schedule__isnull=True"),
             ("dashboard", f"{base}dashboard/"),
+            ("schedules list", "/admin/django_procedures/schedule/"),
+            ("schedule page (with its recent runs)", f"/admin/django_procedures/schedule/{schedule}/change/"),
         ]
         summary = []
         for title, url in pages:

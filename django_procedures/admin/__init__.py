@@ -1,4 +1,4 @@
-"""The operator's admin: procedures list and page, retry and cancel, and the dashboard.
+"""The operator's admin: procedures list and page, retry and cancel, the dashboard, and schedules.
 
 Display and actions only; every change goes through ``django_procedures.store``.
 """
@@ -6,8 +6,10 @@ Display and actions only; every change goes through ``django_procedures.store``.
 from django.contrib import admin
 
 from django_procedures.admin.procedures import ProcedureRunAdmin
-from django_procedures.models import ProcedureRun
+from django_procedures.admin.schedules import ScheduleAdmin
+from django_procedures.models import ProcedureRun, Schedule
 
 admin.site.register(ProcedureRun, ProcedureRunAdmin)
+admin.site.register(Schedule, ScheduleAdmin)
 
-__all__ = ["ProcedureRunAdmin"]
+__all__ = ["ProcedureRunAdmin", "ScheduleAdmin"]

@@ -1,4 +1,4 @@
-"""The operator's dashboard: the last 24 hours by status, failing types, queue lag, workers seen."""
+"""The operator's dashboard: the last 24 hours by status, failing types, queue lag, workers seen, schedules."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.db.models import Count, Max, Min, Q
 
 from django_procedures import registry
 from django_procedures.admin.why import duration
-from django_procedures.models import Lease, ProcedureRun
+from django_procedures.models import Lease, ProcedureRun, Schedule
 from django_procedures.policy.status import CLAIMABLE, RunStatus
 from django_procedures.store.claim import unknown_types
 
@@ -67,6 +67,26 @@ def workers_seen(now: datetime, minutes: int = WORKER_MINUTES) -> list[WorkerSee
     return [WorkerSeen(r["worker"], r["claims"], r["open"], r["last"]) for r in rows]
 
 
+def schedules_panel(limit: int = 10) -> dict[str, Any]:
+    """Schedules that need a look: the paused ones, those with failures (most first), the largest drift."""
+    light = ("id", "name", "procedure", "enabled", "disabled_reason", "failures", "runs", "last_drift_ms",
+             "last_tick_at", "updated_at")
+    drift = list(Schedule.objects.filter(last_drift_ms__isnull=False).only(*light)
+                 .order_by("-last_drift_ms", "name")[:limit])
+    for s in drift:
+        ms = s.last_drift_ms or 0
+        s.drift = f"{ms:,}" + (f" ({duration(ms / 1000)})" if ms >= 1000 else "")  # type: ignore[attr-defined]
+    counts = Schedule.objects.aggregate(total=Count("id"), paused=Count("id", filter=Q(enabled=False)),
+                                        failing=Count("id", filter=Q(failures__gt=0)))
+    return {
+        **counts,
+        "paused_list": list(Schedule.objects.filter(enabled=False).only(*light).order_by("-updated_at")[:limit]),
+        "failing_list": list(Schedule.objects.filter(failures__gt=0).only(*light)
+                             .order_by("-failures", "name")[:limit]),
+        "drift_list": drift,
+    }
+
+
 def dashboard_context(now: datetime) -> dict[str, Any]:
     since = now - WINDOW
     lag = queue_lag(now)
@@ -82,5 +102,5 @@ def dashboard_context(now: datetime) -> dict[str, Any]:
         "workers": workers_seen(now),
         "worker_minutes": WORKER_MINUTES,
         "unknown_types": unknown_types(registry.type_names()),
-        # Schedules (issue 4): a "schedules" panel with their metrics goes here once the Schedule model lands.
+        "schedules": schedules_panel(),
     }

@@ -1,10 +1,10 @@
-"""Pure formatting for the admin: step labels, attempt counts, ages, redacted pretty JSON."""
+"""Pure formatting for the admin: step labels, attempt counts, ages, schedule cadences, redacted pretty JSON."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django_procedures.admin.why import duration
@@ -49,6 +49,26 @@ def run_duration(started: datetime | None, finished: datetime | None, now: datet
     if started is None:
         return "—"
     return duration(((finished or now) - started).total_seconds())
+
+
+def cadence(period: timedelta | None, cron: str, zone: str) -> str:
+    """A schedule's cadence: ``"every 5m"``, or ``"cron 0 3 * * * Europe/Berlin"`` (the zone it is read in)."""
+    if cron:
+        return f"cron {cron} {zone}".rstrip()
+    if period is None:
+        return "—"
+    seconds = period.total_seconds()
+    return f"every {duration(seconds)}" if seconds >= 1 else f"every {seconds * 1000:g}ms"
+
+
+def relative(moment: datetime | None, now: datetime) -> str:
+    """``"in 4m 10s"``, ``"3s ago"`` or ``"now"``; ``"—"`` for no time."""
+    if moment is None:
+        return "—"
+    seconds = (moment - now).total_seconds()
+    if abs(seconds) < 1:
+        return "now"
+    return f"in {duration(seconds)}" if seconds > 0 else f"{duration(-seconds)} ago"
 
 
 def redact(value: Any, keys: Iterable[str], mask: str = MASK) -> Any:

@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 from django.utils.translation import gettext_lazy as _
 
 from django_procedures import registry
+from django_procedures.models import Schedule
 
 #: Most distinct values a filter lists.
 VALUES_LIMIT = 200
@@ -95,6 +96,21 @@ class RootsFilter(admin.SimpleListFilter):
         return queryset
 
 
-#: The list's filters. Schedules (issue 4): add a schedule filter here once ``ProcedureRun.schedule``
-#: exists — a ``RelatedFieldListFilter`` on it reads the (small) schedule table, never the runs.
-LIST_FILTER: tuple[Any, ...] = ("status", TypeFilter, QueueFilter, RetryableFilter, RootsFilter)
+class ScheduleFilter(admin.RelatedFieldListFilter):
+    """The runs of one schedule (``schedule__id__exact``, served by ``procedures_schedule_idx``), or of none.
+
+    Its choices come from the schedule table (by name, at most ``VALUES_LIMIT``), never from the runs.
+    """
+
+    def __init__(self, field: Any, request: Any, params: Any, model: Any, model_admin: Any, field_path: str) -> None:
+        super().__init__(field, request, params, model, model_admin, field_path)
+        self.title = _("schedule")
+        self.empty_value_display = _("not started by a schedule")
+
+    def field_choices(self, field: Any, request: Any, model_admin: Any) -> list[tuple[Any, str]]:
+        return list(Schedule.objects.order_by("name").values_list("pk", "name")[:VALUES_LIMIT])
+
+
+#: The list's filters; each is read from one index range in list order, or from a small table.
+LIST_FILTER: tuple[Any, ...] = ("status", TypeFilter, QueueFilter, ("schedule", ScheduleFilter), RetryableFilter,
+                                RootsFilter)

@@ -85,8 +85,9 @@ class ProcedureRun(models.Model):
     lease_owner = models.CharField(max_length=255, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
 
+    # No index of its own: procedures_schedule_idx (and the one-run-per-tick constraint) lead with it.
     schedule = models.ForeignKey("django_procedures.Schedule", null=True, blank=True, on_delete=models.SET_NULL,
-                                 related_name="procedure_runs")
+                                 related_name="procedure_runs", db_index=False)
     tick_at = models.DateTimeField(null=True, blank=True, help_text="The schedule tick this run stands for.")
 
     output = models.JSONField(null=True, blank=True)
@@ -132,6 +133,9 @@ class ProcedureRun(models.Model):
             models.Index(fields=["status", "created_at", "id"], name="procedures_status_idx"),
             models.Index(fields=["type_name", "created_at", "id"], name="procedures_type_idx"),
             models.Index(fields=["queue", "created_at", "id"], name="procedures_queue_idx"),
+            # A schedule's runs, newest first (the admin's schedule filter); partial: most runs have no schedule.
+            models.Index(fields=["schedule", "created_at", "id"], condition=Q(schedule__isnull=False),
+                         name="procedures_schedule_idx"),
         ]
         permissions = [
             ("retry_procedurerun", "Can retry failed procedures"),

@@ -70,6 +70,11 @@ class Schedule(models.Model):
                                    name="procedures_schedule_catch_up_pending"),
         ]
         indexes = [models.Index(fields=["next_tick_at"], condition=Q(enabled=True), name="procedures_due_sched_idx")]
+        permissions = [
+            ("pause_schedule", "Can pause schedules"),
+            ("resume_schedule", "Can resume schedules"),
+            ("trigger_schedule", "Can trigger schedules now"),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -150,6 +155,8 @@ def validation_errors(s: Schedule) -> dict[str, str]:
         if s.mode == Mode.FIXED_DELAY:
             errors["cron"] = ("fixed_delay runs a period after the previous run finishes, so it needs a period, "
                               "not a cron expression; use mode fixed_rate for cron")
+            if s.period is None:
+                errors["period"] = "fixed_delay needs a period: the time from the end of one run to the next start"
         else:
             try:
                 CronExpression.parse(s.cron)

@@ -26,6 +26,8 @@ logger = logging.getLogger("django_procedures.schedules")
 #: The fields a definition in code sets; anything else on the row is the schedule's own life.
 DEFINITION = ("procedure", "mode", "period", "cron", "timezone", "initial_delay", "max_concurrency", "missed",
               "max_pending", "max_run_time", "state", "queue")
+#: Definition fields whose change sets the next tick again.
+CADENCE = frozenset({"mode", "period", "cron", "timezone", "initial_delay"})
 
 
 def first_tick(schedule: Schedule, now: datetime) -> datetime:
@@ -62,13 +64,48 @@ def register_schedule(name: str, procedure: type[Procedure] | str, *, mode: str 
             logger.warning("schedule %r differs from its definition in code (%s); left unchanged: pass "
                            "update=True to apply it", name, ", ".join(changed))
         elif changed:
-            for f in changed:
-                setattr(existing, f, getattr(wanted, f))
-            if {"mode", "period", "cron", "timezone", "initial_delay"} & set(changed):
-                existing.next_tick_at = first_tick(existing, clock.now()) if existing.enabled else None
-            existing.save()
+            _apply_definition(existing, wanted, changed)
             logger.info("schedule %r updated: %s", name, ", ".join(changed))
         return existing, False
+
+
+def _apply_definition(existing: Schedule, wanted: Schedule, changed: Sequence[str]) -> None:
+    """Copy the ``changed`` definition fields onto the locked row and write only them (and the next tick,
+    set again when the cadence changed); the metrics ticks and finishing runs write are left alone."""
+    for f in changed:
+        setattr(existing, f, getattr(wanted, f))
+    fields = [*changed, "updated_at"]
+    if CADENCE & set(changed):
+        existing.next_tick_at = first_tick(existing, clock.now()) if existing.enabled else None
+        fields.append("next_tick_at")
+    existing.save(update_fields=fields)
+
+
+def save_schedule(schedule: Schedule) -> tuple[Schedule, list[str]]:
+    """Create ``schedule``, or apply its definition to the stored row: the admin's add and change forms.
+
+    A new schedule gets its first tick as ``register_schedule`` gives it. For a
+    stored one only the name and the definition fields (``DEFINITION``) that
+    differ are written, under the row lock, so the metrics, pending ticks and
+    pause state that ticks, runs and operators wrote meanwhile are kept; a
+    changed cadence sets the next tick again. Returns the stored schedule and
+    the fields that changed. Bad settings raise ``ValidationError`` as
+    ``clean()`` does.
+    """
+    schedule.clean()
+    with transaction.atomic():
+        if schedule.pk is None:
+            if not schedule.enabled and not schedule.disabled_reason:
+                schedule.disabled_reason = "created paused"
+            schedule.next_tick_at = first_tick(schedule, clock.now())
+            schedule.save(force_insert=True)
+            return schedule, ["name", *DEFINITION, "enabled"]
+        existing = _locked(schedule.pk)
+        changed = [f for f in ("name", *DEFINITION) if getattr(existing, f) != getattr(schedule, f)]
+        if changed:
+            _apply_definition(existing, schedule, changed)
+            logger.info("schedule %r updated: %s", existing.name, ", ".join(changed))
+        return existing, changed
 
 
 # -- schedules declared in code, synced on post_migrate and at worker start --------------------

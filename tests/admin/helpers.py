@@ -9,6 +9,13 @@ from django.urls import reverse
 VIEW = "view_procedurerun"
 RETRY = "retry_procedurerun"
 CANCEL = "cancel_procedurerun"
+VIEW_SCHEDULE = "view_schedule"
+ADD_SCHEDULE = "add_schedule"
+CHANGE_SCHEDULE = "change_schedule"
+PAUSE = "pause_schedule"
+RESUME = "resume_schedule"
+TRIGGER = "trigger_schedule"
+SCHEDULE_OPERATOR = (VIEW, VIEW_SCHEDULE, ADD_SCHEDULE, CHANGE_SCHEDULE, PAUSE, RESUME, TRIGGER)
 
 
 def staff(username: str, *codenames: str) -> User:
@@ -43,3 +50,20 @@ def cancel_url(pid) -> str:
 
 def dashboard_url() -> str:
     return reverse("admin:django_procedures_procedurerun_dashboard")
+
+
+def schedules_url(query: str = "") -> str:
+    return reverse("admin:django_procedures_schedule_changelist") + (f"?{query}" if query else "")
+
+
+def schedule_url(pk) -> str:
+    return reverse("admin:django_procedures_schedule_change", args=[pk])
+
+
+def schedule_add_url() -> str:
+    return reverse("admin:django_procedures_schedule_add")
+
+
+def schedule_button_url(pk, kind: str) -> str:
+    """The schedule page's pause, resume or trigger button."""
+    return reverse(f"admin:django_procedures_schedule_{kind}", args=[pk])

@@ -1,4 +1,5 @@
-"""The operator's admin in a real browser: find a failed procedure, open its tree, retry it.
+"""The operator's admin in a real browser: find a failed procedure, open its tree, retry it; pause and trigger
+a schedule.
 
 Playwright for Python drives Debian's Chromium (``/usr/bin/chromium``; never a
 downloaded browser) against pytest-django's live server. PostgreSQL only.
@@ -9,18 +10,33 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connections
+from django.utils import timezone
 
-from django_procedures.models import ProcedureRun
+from django_procedures import register_schedule, tick
+from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.runtime.executor import RunningClaim, execute
+from django_procedures.store import schedules
 from django_procedures.store.claim import claim
 from django_procedures.testing import drain
-from testproject.testapp.procedures import Flaky, Leaf, Parent, Refuses, ThreeSteps
-from tests.admin.helpers import CANCEL, RETRY, VIEW, changelist_url, dashboard_url, page_url, retry_url, staff
+from testproject.testapp.procedures import Flaky, Heartbeat, Leaf, Parent, Refuses, ThreeSteps
+from tests.admin.helpers import (
+    CANCEL,
+    RETRY,
+    SCHEDULE_OPERATOR,
+    VIEW,
+    changelist_url,
+    dashboard_url,
+    page_url,
+    retry_url,
+    schedules_url,
+    staff,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
@@ -57,9 +73,9 @@ def browser(monkeypatch) -> Iterator[Any]:
             connections.close_all()
 
 
-def open_page(browser, live_server, username: str) -> Page:
+def open_page(browser, live_server, username: str, width: int = 1440) -> Page:
     """A new browser page, logged in through the admin's login form."""
-    page = browser.new_page(viewport={"width": 1440, "height": 860})
+    page = browser.new_page(viewport={"width": width, "height": 860})
     page.set_default_timeout(15_000)
     page.goto(f"{live_server.url}/admin/login/?next=/admin/")
     page.fill("#id_username", username)
@@ -169,3 +185,71 @@ def test_a_running_tree_says_why_each_member_is_not_running(browser, live_server
     page.wait_for_selector("#dash-workers")
     assert "worker-2@app-2" in page.locator("#dash-workers").inner_text()
     shot(page, "08-dashboard")
+
+
+def seed_schedules() -> Schedule:
+    """A few schedules with some history; returns the one the operator works on."""
+    sync, _ = register_schedule("crm-sync-contacts", Heartbeat, mode="fixed_rate_overlap", max_concurrency=3,
+                                period=timedelta(minutes=5), missed="coalesce_latest")
+    nightly, _ = register_schedule("nightly-report", Heartbeat, cron="0 3 * * *", timezone="Europe/Berlin",
+                                   missed="catch_up", max_pending=2)
+    register_schedule("cleanup-after-each", Heartbeat, mode="fixed_delay", period=timedelta(minutes=10))
+    invoices, _ = register_schedule("billing-retry-invoices", Refuses, period=timedelta(hours=1))
+    schedules.pause(invoices, reason="billing API maintenance until 06:00")
+    tick()
+    drain()
+    Schedule.objects.filter(id=sync.id).update(runs=71, skips=2, overlaps=5, last_drift_ms=840)
+    Schedule.objects.filter(id=invoices.id).update(runs=3, failures=4, last_drift_ms=1_250,
+                                                   last_tick_at=timezone.now() - timedelta(hours=2))
+    return nightly
+
+
+def test_an_operator_pauses_and_triggers_a_schedule(browser, live_server):
+    staff("operator", VIEW, *SCHEDULE_OPERATOR)
+    nightly = seed_schedules()
+    page = open_page(browser, live_server, "operator", width=1600)  # the schedules list has many columns
+
+    page.goto(live_server.url + schedules_url())
+    row = page.locator("#result_list tbody tr", has_text="nightly-report")
+    assert "cron 0 3 * * *\nEurope/Berlin" in row.inner_text() and "enabled" in row.inner_text()
+    assert "billing API maintenance" in page.locator("#result_list tbody tr", has_text="billing-retry").inner_text()
+    shot(page, "09-schedules-list")
+    row.locator("th a").click()
+
+    page.wait_for_selector("#sched-buttons")
+    page.click("#sched-pause")
+    page.wait_for_selector("#proc-plan")
+    assert "enabled → paused" in page.locator("#proc-plan").inner_text()
+    page.fill("#sched-reason", "report database is being migrated")
+    shot(page, "10-confirm-pause")
+    page.click("#proc-confirm")
+    page.wait_for_selector(".messagelist")
+    assert "Paused 1 schedule." in page.locator(".messagelist").inner_text()
+    assert "report database is being migrated" in page.locator("#sched-paused").inner_text()
+    assert page.locator("#sched-trigger").count() == 0  # a paused schedule is not triggered
+    assert not Schedule.objects.get(id=nightly.id).enabled
+
+    page.click("#sched-resume")
+    page.click("#proc-confirm")
+    page.wait_for_selector("#sched-trigger")
+    page.click("#sched-trigger")
+    page.wait_for_selector("#proc-plan")
+    assert "a tick now: starts a run" in page.locator("#proc-plan").inner_text()
+    page.click("#proc-confirm")
+    page.wait_for_selector(".messagelist")
+    assert "Triggered 1 schedule: 1 run started" in page.locator(".messagelist").inner_text()
+    assert page.locator("#sched-runs tbody tr").count() == 1
+    assert "ready" in page.locator("#sched-runs tbody tr").inner_text()
+    shot(page, "11-schedule-triggered")
+    assert ProcedureRun.objects.filter(schedule=nightly).count() == 1
+
+    page.click("#sched-runs-tool")
+    page.wait_for_url("**schedule__id__exact=**")
+    assert page.locator("#result_list tbody tr").count() == 1
+    assert "testapp.Heartbeat" in page.locator("#result_list tbody tr").inner_text()
+
+    page.goto(live_server.url + dashboard_url())
+    page.wait_for_selector("#dash-schedules")
+    assert "billing-retry-invoices" in page.locator("#dash-paused").inner_text()
+    page.locator("#dash-schedules").scroll_into_view_if_needed()
+    shot(page, "12-dashboard-schedules")

@@ -77,3 +77,28 @@ def test_viewers_without_the_view_permission_are_refused(db, django_user_model, 
     user = django_user_model.objects.create_user("nobody", password="pw", is_staff=True)
     client.force_login(user)
     assert client.get(dashboard_url()).status_code == 403
+
+
+def test_the_schedules_panel_lists_paused_failing_and_drifting_schedules(operator_client):
+    from django_procedures import register_schedule
+    from django_procedures.models import Schedule
+    from django_procedures.store import schedules
+    from testproject.testapp.procedures import Heartbeat
+
+    for name in ("quiet", "paused", "failing", "late"):
+        register_schedule(name, Heartbeat, period=timedelta(minutes=5))
+    schedules.pause("paused", reason="the API is down")
+    Schedule.objects.filter(name="failing").update(failures=3, runs=5, last_drift_ms=20)
+    Schedule.objects.filter(name="late").update(last_drift_ms=90_000)
+
+    panel = dashboard_context(timezone.now())["schedules"]
+    assert (panel["total"], panel["paused"], panel["failing"]) == (4, 1, 1)
+    assert [s.name for s in panel["paused_list"]] == ["paused"]
+    assert [(s.name, s.failures) for s in panel["failing_list"]] == [("failing", 3)]
+    assert [(s.name, s.last_drift_ms) for s in panel["drift_list"]] == [("late", 90_000), ("failing", 20)]
+
+    html = operator_client.get(dashboard_url()).content.decode()
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+    assert "4 schedules: 1 paused, 1 with failures." in text
+    assert re.search(r'id="dash-paused">.*?paused</a>.*?the API is down', html, re.S)
+    assert re.search(r'id="dash-drift">.*?late</a></td><td>90,000 \(1m 30s\)</td>', html, re.S)

@@ -1,10 +1,11 @@
-"""Pure formatting: step labels, attempts, redaction, pretty JSON."""
+"""Pure formatting: step labels, attempts, schedule cadences, redaction, pretty JSON."""
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from django_procedures.admin.display import MASK, attempts_made, pretty_json, redact, step_label
+from django_procedures.admin.display import MASK, attempts_made, cadence, pretty_json, redact, relative, step_label
 
 
 @pytest.mark.parametrize(("args", "kwargs", "label"), [
@@ -25,6 +26,26 @@ def test_step_label(args, kwargs, label):
 ])
 def test_attempts_made(status, attempt, made):
     assert attempts_made(status, attempt) == made
+
+
+@pytest.mark.parametrize(("period", "cron", "zone", "label"), [
+    (timedelta(minutes=5), "", "UTC", "every 5m"),
+    (timedelta(hours=1, minutes=30), "", "UTC", "every 1h 30m"),
+    (timedelta(days=1), "", "UTC", "every 1d"),
+    (timedelta(milliseconds=250), "", "UTC", "every 250ms"),
+    (None, "0 3 * * *", "Europe/Berlin", "cron 0 3 * * * Europe/Berlin"),
+    (None, "", "UTC", "—"),
+])
+def test_cadence(period, cron, zone, label):
+    assert cadence(period, cron, zone) == label
+
+
+def test_relative():
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    assert relative(now + timedelta(minutes=4, seconds=10), now) == "in 4m 10s"
+    assert relative(now - timedelta(seconds=3), now) == "3s ago"
+    assert relative(now, now) == "now"
+    assert relative(None, now) == "—"
 
 
 def test_redact_masks_keys_at_any_depth_case_insensitively():

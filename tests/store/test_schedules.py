@@ -158,6 +158,51 @@ def test_register_leaves_an_existing_schedule_unchanged_unless_asked(caplog):
     assert Schedule.objects.get(name="beat").period == 2 * MIN
 
 
+def test_save_schedule_creates_with_the_first_tick_register_schedule_gives():
+    from django_procedures import clock
+
+    with clock.frozen_at(T0):
+        rate, _ = schedules.save_schedule(Schedule(name="rate", procedure=Heartbeat.type_name, period=MIN))
+        assert rate.pk is not None
+        cron, _ = schedules.save_schedule(Schedule(name="cron", procedure=Heartbeat.type_name, cron="0 9 * * *",
+                                                   timezone="Europe/Berlin"))
+        paused, _ = schedules.save_schedule(Schedule(name="paused", procedure=Heartbeat.type_name, period=MIN,
+                                                     enabled=False))
+    assert Schedule.objects.get(name="rate").next_tick_at == T0
+    assert cron.next_tick_at == datetime(2030, 1, 2, 8, 0, tzinfo=UTC)
+    assert (paused.enabled, paused.disabled_reason) == (False, "created paused")
+
+
+def test_save_schedule_writes_only_the_changed_definition_and_keeps_the_metrics():
+    from django_procedures import clock
+
+    s = make()
+    edited = Schedule.objects.get(id=s.id)  # as the admin's form loaded it
+    tick(T0)  # meanwhile: a run starts, metrics and the next tick move
+    Schedule.objects.filter(id=s.id).update(skips=4)
+    edited.queue, edited.state = "emails", {"to": "ops"}
+    with clock.frozen_at(T0 + timedelta(seconds=5)):
+        stored, changed = schedules.save_schedule(edited)
+    assert changed == ["state", "queue"] and stored.pk == s.pk
+    s.refresh_from_db()
+    assert (s.queue, s.state, s.skips, s.active_runs, s.next_tick_at) == ("emails", {"to": "ops"}, 4, 1, T0 + MIN)
+
+    edited.period = 2 * MIN  # a new cadence sets the next tick again
+    with clock.frozen_at(T0 + timedelta(seconds=5)):
+        assert schedules.save_schedule(edited)[1] == ["period"]
+    s.refresh_from_db()
+    assert (s.period, s.next_tick_at, s.skips) == (2 * MIN, T0 + timedelta(seconds=5), 4)
+
+
+def test_save_schedule_refuses_what_clean_refuses():
+    s = make()
+    s.max_concurrency = 3
+    with pytest.raises(ValidationError) as info:
+        schedules.save_schedule(s)
+    assert "run one at a time" in " ".join(info.value.message_dict["max_concurrency"])
+    assert Schedule.objects.get(id=s.id).max_concurrency == 1
+
+
 @pytest.mark.parametrize(("options", "field", "message"), [
     ({"period": timedelta(0)}, "period", "period must be positive; got 0 seconds"),
     ({"mode": "fixed_rate", "max_concurrency": 3}, "max_concurrency", "run one at a time"),
@@ -165,6 +210,7 @@ def test_register_leaves_an_existing_schedule_unchanged_unless_asked(caplog):
     ({"missed": "catch_up", "max_pending": 0}, "max_pending", "set max_pending to 1 or more"),
     ({"period": None, "cron": "61 * * * *"}, "cron", "minute must be between 0 and 59"),
     ({"period": None, "cron": "0 * * * *", "mode": "fixed_delay"}, "cron", "fixed_delay runs a period after"),
+    ({"period": None, "cron": "0 * * * *", "mode": "fixed_delay"}, "period", "fixed_delay needs a period"),
     ({"timezone": "Mars/Olympus"}, "timezone", "unknown time zone"),
     ({"state": {"x": float("nan")}}, "state", "state['x'] is nan"),
 ])
