@@ -37,6 +37,23 @@ def _key_locks(names: Iterable[str], *, wait: bool) -> bool:
         return bool(cursor.fetchone()[0])
 
 
+def _root_shared(procedure_id: uuid.UUID, root_id: uuid.UUID | None) -> bool:
+    """Take now, without waiting, the lock the new ``KeyRequest`` rows' foreign key to the root takes at COMMIT.
+
+    That check (deferred to COMMIT) would otherwise wait for the root row while
+    this transaction holds a key's advisory lock, the reverse of the lock order
+    of a descendant's final transaction (ancestor rows, then key locks):
+    a deadlock. False if the root row is locked for update right now (the
+    caller passes the procedure by, as when its keys are being decided).
+    """
+    if root_id is None or root_id == procedure_id or not is_postgresql():
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {ProcedureRun._meta.db_table} WHERE id = %s FOR KEY SHARE SKIP LOCKED",
+                       [root_id])
+        return cursor.fetchone() is not None
+
+
 def ancestors(procedure_id: uuid.UUID, parent_id: uuid.UUID | None) -> set[uuid.UUID]:
     found: set[uuid.UUID] = set()
     while parent_id is not None and parent_id not in found:
@@ -67,7 +84,7 @@ def grant_due(*, type_names: Sequence[str], queues: Sequence[str] | None, limit:
             break
         for row in candidates:
             wanted = {name: mode for name, mode in row["lock_keys"]}
-            if not _key_locks(wanted, wait=False):
+            if not _root_shared(row["id"], row["root_id"]) or not _key_locks(wanted, wait=False):
                 passed.append(row["id"])
                 continue
             KeyRequest.objects.bulk_create(
