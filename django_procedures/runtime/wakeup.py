@@ -23,8 +23,10 @@ class Waker:
     the next wait and the caller polls once (``wait`` returns ``True``).
     """
 
-    def __init__(self, *, listen: bool, queues: Sequence[str] | None, poll_seconds: float) -> None:
+    def __init__(self, *, listen: bool, queues: Sequence[str] | None, poll_seconds: float,
+                 application_name: str = "") -> None:
         self.listen = listen
+        self.application_name = application_name
         self.queues = set(queues) if queues else None
         self.poll_seconds = poll_seconds
         self._read, self._write = os.pipe()
@@ -52,6 +54,8 @@ class Waker:
         params = connection.get_connection_params()
         params.pop("cursor_factory", None)
         params.pop("context", None)
+        if self.application_name:
+            params["application_name"] = self.application_name
         self._conn = psycopg.connect(**params, autocommit=True)
         self._conn.execute(f"LISTEN {CHANNEL}")
         if self._broken_logged:

@@ -60,7 +60,8 @@ class Worker:
         self._work: queue.SimpleQueue[RunningClaim | None] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self.waker = Waker(listen=connection.vendor == "postgresql" and bool(conf.LISTEN_NOTIFY),
-                           queues=options.queues, poll_seconds=float(conf.POLL_SECONDS))
+                           queues=options.queues, poll_seconds=float(conf.POLL_SECONDS),
+                           application_name=application_name(self.id, "listen"))
         self.heartbeat = Heartbeat(self.snapshot, lease_seconds=options.lease_seconds,
                                    renewal_timeout=min(conf.renewal_timeout, options.lease_seconds * 2 / 3))
 
@@ -68,7 +69,7 @@ class Worker:
 
     def run(self) -> int:
         idle_timeout = conf.IDLE_IN_TRANSACTION_TIMEOUT_SECONDS or 2 * self.options.lease_seconds
-        configure = functools.partial(_configure_connection, idle_timeout=float(idle_timeout))
+        configure = functools.partial(_configure_connection, idle_timeout=float(idle_timeout), worker_id=self.id)
         connection_created.connect(configure, weak=False, dispatch_uid=f"procedures-worker-{self.id}")
         threads = [threading.Thread(target=self._executor_loop, name=f"procedures-exec-{i}", daemon=True)
                    for i in range(self.options.concurrency)]
@@ -243,10 +244,33 @@ _STAT = {Outcome.COMPLETED: "succeeded", Outcome.SUSPENDED: "suspended", Outcome
          Outcome.LOST: "lost"}
 
 
-def _configure_connection(sender: Any = None, *, connection: Any, idle_timeout: float, **kwargs: Any) -> None:
-    """Worker connections cut a transaction left idle too long, so a frozen worker cannot hold rows for ever."""
+#: ``application_name`` of worker connections starts with this (then ``/<role>/<worker id>``).
+APPLICATION_NAME_PREFIX = "procedures-worker"
+
+
+def application_name(worker_id: str, role: str) -> str:
+    """What ``pg_stat_activity`` shows for a worker's connection: role first, as PostgreSQL keeps 63 bytes."""
+    return f"{APPLICATION_NAME_PREFIX}/{role}/{worker_id}"[:63]
+
+
+def _thread_role() -> str:
+    name = threading.current_thread().name
+    if name == "MainThread":
+        return "main"
+    return name.removeprefix("procedures-")
+
+
+def _configure_connection(sender: Any = None, *, connection: Any, idle_timeout: float, worker_id: str = "",
+                          **kwargs: Any) -> None:
+    """Worker connections cut a transaction left idle too long, so a frozen worker cannot hold rows for ever.
+
+    They are also named (``application_name``, see :func:`application_name`)
+    so operators and tests can tell them apart in ``pg_stat_activity``.
+    """
     if connection.vendor != "postgresql":
         return
     timeout_ms = int(idle_timeout * 1000)
     with connection.cursor() as cursor:
-        cursor.execute(f"SET idle_in_transaction_session_timeout = {timeout_ms}")
+        cursor.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false), "
+                       "set_config('application_name', %s, false)",
+                       [str(timeout_ms), application_name(worker_id, _thread_role())])
