@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import copy
+import functools
 import time
 import traceback as tb
+from collections.abc import Callable
 from typing import Any
 
 from django.db import DatabaseError, transaction
 
 from django_procedures import clock, registry
 from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
-from django_procedures.policy.retry import RetryDecision, decide_failure, is_poisonous
+from django_procedures.policy.retry import FailDecision, RetryDecision, decide_failure, is_poisonous
 from django_procedures.policy.state import find_problem
 from django_procedures.procedure import Procedure, Status, StepSpec
 from django_procedures.runtime import hooks
 from django_procedures.runtime.context import Context
+from django_procedures.runtime.outage import watch
 from django_procedures.runtime.running import Outcome, RunningClaim, error_text, interrupted, log_extra, logger
 from django_procedures.store import fence
-from django_procedures.store.db import is_conflict
+from django_procedures.store.db import is_conflict, is_disconnect
 
 __all__ = ["Outcome", "RunningClaim", "execute", "fail_overdue"]
 
@@ -45,8 +48,115 @@ def _next_step(cls: type[Procedure], spec: StepSpec) -> StepSpec | None:
     return cls.steps[position] if position < len(names) else None
 
 
+#: Times one claim resumes after a lost connection before it is left to its lease expiry.
+MAX_RECONNECTS = 3
+
+
 def execute(running: RunningClaim) -> Outcome:
-    """Run ``running.claim`` until it finishes, waits, fails an attempt, is released, or loses its lease."""
+    """Run ``running.claim`` until it finishes, waits, fails an attempt, is released, or loses its lease.
+
+    A lost database connection (restart, terminated backend) is not the
+    step's fault and costs no attempt: the executor reconnects with backoff,
+    re-reads the row under its lease and resumes from the last committed
+    checkpoint (the interrupted transaction rolled back).
+    """
+    for reconnects in range(MAX_RECONNECTS + 1):
+        try:
+            return _execute(running)
+        except DatabaseError as error:
+            if not is_disconnect(error):
+                raise
+            outcome = _after_disconnect(running, error, reconnects)
+            if outcome is not None:
+                return outcome
+    raise AssertionError("unreachable")  # pragma: no cover - the last round returns LOST
+
+
+def _after_disconnect(running: RunningClaim, error: DatabaseError, reconnects: int) -> Outcome | None:
+    """Wait for the database; None to run the claim again from its last checkpoint, else how it ended."""
+    claim = running.claim
+    found = _wait_for_database(running, error)
+    if found is None:
+        return Outcome.LOST
+    if found.in_unsafe_step:  # a non-idempotent step was running: it may or may not have taken effect
+        return _park_unsafe(running)
+    if reconnects >= MAX_RECONNECTS:
+        logger.warning("procedure %s: the database connection was lost %d times during this claim; leaving it "
+                       "to its lease expiry", claim.id, reconnects + 1, extra=log_extra(claim))
+        return Outcome.LOST
+    logger.debug("procedure %s: resuming at step %s under lease token %s after reconnecting", claim.id,
+                 claim.step_name, claim.lease_token, extra=log_extra(claim))
+    return None
+
+
+def _wait_for_database(running: RunningClaim, error: DatabaseError) -> fence.Reloaded | None:
+    """Reconnect with backoff and re-read the claim (see ``fence.reload``); None if it must stop here.
+
+    It stops when the heartbeat gave the lease up (renewal timeout), when the
+    worker shuts down while the database is still away (the lease is left to
+    expire), or when the lease is no longer this claim's.
+    """
+    claim, activity = running.claim, running.activity
+    watch.lost(error, f"procedure {claim.id}")
+    connection = transaction.get_connection()
+    delay = 0.1
+    while True:
+        connection.close()
+        if activity.lost_reason:
+            logger.info("procedure %s: stopped while the database was unreachable: %s", claim.id,
+                        activity.lost_reason, extra=log_extra(claim))
+            return None
+        try:
+            found = fence.reload(claim)
+            break
+        except DatabaseError as again:
+            if not is_disconnect(again):
+                raise
+        if activity.stopping.wait(delay):
+            return None
+        delay = min(delay * 2, 2.0)
+    watch.restored()
+    if not found.held:
+        logger.info("procedure %s: no longer held by lease token %s once the database was back (its last "
+                    "write committed, or the lease moved); dropping this worker's result", claim.id,
+                    claim.lease_token, extra=log_extra(claim))
+        return None
+    return found
+
+
+def _park_unsafe(running: RunningClaim) -> Outcome:
+    """Park the procedure ``failed``: its non-idempotent step may or may not have taken effect."""
+    claim = running.claim
+    error = f"interrupted during non-idempotent step {claim.step_name}"
+    fence.fail_attempt(claim, None, error, "", FailDecision("interrupted", manual_retry=True))
+    logger.warning("procedure %s: the database connection was lost during non-idempotent step %s; parked as "
+                   "failed (retry it by hand once its effect is checked)", claim.id, claim.step_name,
+                   extra=log_extra(claim))
+    return Outcome.FAILED
+
+
+def _write_unsafe_result(running: RunningClaim, write: Callable[[], Outcome | None]) -> Outcome | None:
+    """Record what a non-idempotent step did; on a lost connection, reconnect and write it again.
+
+    The step has run and must not run again, so its result in hand is written
+    once the database is back, unless the reloaded row shows that the write
+    landed (its checkpoint clears ``in_unsafe_step``) or the lease moved.
+    """
+    for _ in range(MAX_RECONNECTS + 1):
+        try:
+            return write()
+        except DatabaseError as error:
+            if not is_disconnect(error):
+                raise
+            found = _wait_for_database(running, error)
+            if found is None:
+                return Outcome.LOST
+            if not found.in_unsafe_step:
+                return None  # the checkpoint committed before the connection dropped: carry on from it
+    return Outcome.LOST
+
+
+def _execute(running: RunningClaim) -> Outcome:
     claim = running.claim
     cls = registry.get(claim.type_name)
     procedure = cls.__new__(cls)
@@ -138,6 +248,7 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
 def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, running: RunningClaim) -> Outcome | None:
     claim, activity = running.claim, running.activity
     index, attempt = claim.step, claim.attempt
+    unsafe = not spec.idempotent  # only the first step of a group can be: chained steps are idempotent
     records: list[fence.StepRecord] = []
     while True:
         ctx = Context(procedure_id=claim.id, type_name=claim.type_name, attempt=attempt, step_index=index,
@@ -159,6 +270,8 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         except NotActive as error:
             raise _Interrupted() from error
         except Exception as error:
+            if is_disconnect(error):
+                raise  # the connection died under the step: not its failure (see execute)
             record = fence.StepRecord(index, spec.name, attempt, started, clock.now())
             raise _StepFailed(record, error, tb.format_exc()) from error
         finally:
@@ -171,17 +284,25 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             problem = find_problem(status.output, "output")
         if problem:
             raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
-        if status.kind == "suspended" and status.children:
-            _suspend(procedure, claim, records, following, status, record)
-            return Outcome.SUSPENDED
-        if following is None:
-            fence.complete(claim, records, procedure.state, status.output)
-            return Outcome.COMPLETED
-        if status.kind == "executing" and not status.persist and following.idempotent:
+        if (status.kind == "executing" and not status.persist and following is not None
+                and following.idempotent):
             index, attempt, spec = index + 1, 1, following
             continue
-        fence.checkpoint(claim, records, procedure.state, following.name)
-        return None
+        write = functools.partial(_write, procedure, claim, records, following, status, record)
+        return _write_unsafe_result(running, write) if unsafe else write()
+
+
+def _write(procedure: Procedure, claim: Any, records: list[fence.StepRecord], following: StepSpec | None,
+           status: Status, record: fence.StepRecord) -> Outcome | None:
+    """Commit what the steps in ``records`` did: suspend, complete, or checkpoint (then None)."""
+    if status.kind == "suspended" and status.children:
+        _suspend(procedure, claim, records, following, status, record)
+        return Outcome.SUSPENDED
+    if following is None:
+        fence.complete(claim, records, procedure.state, status.output)
+        return Outcome.COMPLETED
+    fence.checkpoint(claim, records, procedure.state, following.name)
+    return None
 
 
 def _suspend(procedure: Procedure, claim: Any, records: list[fence.StepRecord], following: StepSpec | None,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.db.models import DateTimeField, Expression
 from django.db.models.expressions import RawSQL, Value
 from django.utils import timezone
@@ -16,6 +16,9 @@ T = TypeVar("T")
 
 #: deadlock_detected and serialization_failure: retried as a transaction, never a lost lease.
 RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
+#: Besides class 08 (connection exception): admin_shutdown, crash_shutdown, cannot_connect_now (a restart),
+#: idle_in_transaction_session_timeout (a worker frozen past it).
+DISCONNECT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "25P03"})
 
 
 def is_postgresql() -> bool:
@@ -62,3 +65,20 @@ def retry_conflicts(fn: Callable[[], T], attempts: int = 5) -> T:
                 raise
             time.sleep(0.01 * attempt)
     raise AssertionError("unreachable")
+
+
+def is_disconnect(error: BaseException) -> bool:
+    """The error means this thread's PostgreSQL connection is gone, not that the statement was refused.
+
+    A server restart, a terminated backend, a network cut or an
+    ``idle_in_transaction_session_timeout`` all end the session: whatever the
+    open transaction wrote is rolled back (unless its COMMIT was already in
+    flight), and the connection has to be opened again.
+    """
+    if not isinstance(error, (OperationalError, InterfaceError)) or not is_postgresql():
+        return False
+    state = sqlstate(error)
+    if state is not None:  # the server said why
+        return state.startswith("08") or state in DISCONNECT_SQLSTATES
+    raw = connection.connection  # no server message: the socket died, or connecting failed
+    return raw is None or bool(raw.closed)

@@ -437,3 +437,31 @@ class SoakCharge(Procedure):
     @step
     def receipt(self, ctx):
         _soak_work(self, ctx, "receipt")
+
+
+class WritesAfterPause(Procedure):
+    """One atomic step that pauses first (``sleep``/``marker`` as above) and then writes its row.
+
+    A connection cut during the pause surfaces in the step's own query; one failed
+    attempt fails it for good, so an outage wrongly counted as a failure shows.
+    """
+
+    type_name = "testapp.WritesAfterPause"
+    retry = RetryPolicy(max_attempts=1)
+
+    @step
+    def work(self, ctx):
+        _pause(self, ctx, "work")
+        _effect(ctx, "work")
+        return Status.done(output=ctx.attempt)
+
+
+class ChargesAfterPause(Procedure):
+    """A non-idempotent step that pauses first and then records its charge (autocommitted)."""
+
+    type_name = "testapp.ChargesAfterPause"
+
+    @step(idempotent=False)
+    def charge(self, ctx):
+        _pause(self, ctx, "charge")
+        _effect(ctx, "charge")
