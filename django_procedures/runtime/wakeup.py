@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import connection
 
+from django_procedures.runtime.outage import watch
 from django_procedures.store.notify import CHANNEL
 
 logger = logging.getLogger("django_procedures.worker")
@@ -59,7 +60,7 @@ class Waker:
         self._conn = psycopg.connect(**params, autocommit=True)
         self._conn.execute(f"LISTEN {CHANNEL}")
         if self._broken_logged:
-            logger.info("LISTEN connection restored")
+            watch.restored()
         self._broken_logged = False
         return True
 
@@ -102,9 +103,8 @@ class Waker:
             return True
 
     def _lost(self, error: BaseException) -> None:
-        if not self._broken_logged:
-            logger.warning("LISTEN connection lost, reconnecting with backoff: %s", error)
-            self._broken_logged = True
+        watch.lost(error, "LISTEN connection")  # one warning per outage, with the worker's other connections
+        self._broken_logged = True
         self.close_connection()
 
     def _drain_pipe(self) -> None:

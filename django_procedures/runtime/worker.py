@@ -24,10 +24,12 @@ from django_procedures.exceptions import LeaseLost
 from django_procedures.policy.retry import FailDecision
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute
 from django_procedures.runtime.heartbeat import Heartbeat
+from django_procedures.runtime.outage import watch
 from django_procedures.runtime.shutdown import graceful_signals
 from django_procedures.runtime.wakeup import Waker
 from django_procedures.store import fence
 from django_procedures.store.claim import claim, next_due, unknown_types
+from django_procedures.store.db import is_conflict, is_disconnect
 from django_procedures.store.maintenance import maintain
 
 logger = logging.getLogger("django_procedures.worker")
@@ -135,7 +137,11 @@ class Worker:
                 backoff = 0.0
                 self.waker.wait(self._idle_timeout(due, next_sweep, next_stats))
             except Exception as error:  # database gone: reconnect with backoff, log once per outage
-                if not backoff:
+                if is_disconnect(error):
+                    watch.lost(error, "worker loop")
+                elif is_conflict(error):  # a deadlock victim: nothing is wrong with the database
+                    logger.info("worker %s: %s; trying again", self.id, error)
+                elif not backoff:
                     logger.warning("worker %s: database error, retrying with backoff: %s", self.id, error)
                 connection.close()
                 self.waker.close_connection()
@@ -145,6 +151,7 @@ class Worker:
     def _claim(self, free: int) -> int:
         claims = claim(self.id, type_names=self.types, queues=self.options.queues, limit=free,
                        lease_seconds=self.options.lease_seconds)
+        watch.restored()
         for c in claims:
             running = RunningClaim(c)
             with self._lock:

@@ -7,8 +7,16 @@ throwaway PostgreSQL cluster the test creates for itself; never anything else.
 
 from __future__ import annotations
 
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
+import psycopg
 import pytest
 from django.db import connection
 
@@ -16,7 +24,7 @@ from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.runtime.worker import APPLICATION_NAME_PREFIX
 from testproject.testapp.models import Effect
 from testproject.testapp.procedures import ChargeCard, ChargesAfterPause, ThreeSteps, WritesAfterPause
-from tests.runtime.processes import Workers, read_pid, wait_for
+from tests.runtime.processes import MANAGE, ROOT, Workers, read_pid, wait_for
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 
@@ -95,10 +103,13 @@ def cut_executor_connection(worker, marker: Path, workers) -> None:
     terminate(pids)
 
 
-def assert_reconnected_quietly(worker) -> None:
-    """One warning for the outage, one line when it is over, no error and no traceback; still running."""
-    lost = worker.log_lines(level="WARNING", containing="database connection lost")
-    assert len(lost) == 1, worker.describe()
+def assert_reconnected_quietly(worker, *, also: tuple[str, ...] = ()) -> None:
+    """One warning for the outage, one line when it is over, no error and no traceback; still running.
+
+    ``also`` are other warnings the test expects (each a substring of its line).
+    """
+    warnings = [line for line in worker.log_lines(level="WARNING") if not any(a in line for a in also)]
+    assert len(warnings) == 1 and "database connection lost" in warnings[0], worker.describe()
     assert worker.log_lines(level="INFO", containing="database connection restored"), worker.describe()
     assert not worker.log_lines(level="ERROR"), worker.describe()
     assert "Traceback" not in worker.log(), worker.describe()
@@ -163,4 +174,131 @@ def test_connection_cut_inside_a_non_idempotent_step_parks_it(workers, tmp_path)
     assert effects(handle.id) == []  # its own write died with the connection; it is not run again
     assert leases(handle.id) == [(w.worker_id, "failed", True)]
     assert w.log_lines(level="WARNING", containing="parked as failed"), w.describe()
+    assert_reconnected_quietly(w, also=("parked as failed",))
+
+
+# -- a PostgreSQL cluster of the test's own, restarted and stopped --------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def manage(url: str, *args: str) -> str:
+    env = {"DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "testproject.settings", "PROCEDURES_JSON": "{}"}
+    result = subprocess.run([sys.executable, str(MANAGE), *args], cwd=ROOT, env={**_base_env(), **env},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def _base_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "TESTAPP_EXTRA_TYPES")}
+
+
+class Throwaway:
+    """Reads and submits on the test's own cluster (its database is not pytest-django's)."""
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+
+    def submit(self, type_name: str, state: dict) -> str:
+        code = (f"from django_procedures import registry; "
+                f"print(registry.get({type_name!r}).submit(__import__('json').loads({json.dumps(state)!r})).id)")
+        return manage(self.cluster.url, "shell", "--verbosity", "0", "-c", code).strip().splitlines()[-1]
+
+    def rows(self, sql: str, *params) -> list[tuple]:
+        with psycopg.connect(self.cluster.url.replace("postgres://", "postgresql://")) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def status(self, pid: str) -> str:
+        return self.rows("SELECT status FROM django_procedures_procedurerun WHERE id = %s", pid)[0][0]
+
+    def steps(self, pid: str) -> list[tuple]:
+        return self.rows('SELECT index, name, attempt, status FROM django_procedures_step WHERE procedure_id = %s '
+                         'ORDER BY index, attempt, id', pid)
+
+    def effects(self, pid: str) -> list[tuple]:
+        return self.rows("SELECT step, worker_pid FROM testapp_effect WHERE procedure_id = %s ORDER BY id", pid)
+
+    def leases(self, pid: str) -> list[tuple]:
+        return self.rows("SELECT worker, outcome, released_at IS NOT NULL FROM django_procedures_lease "
+                         "WHERE procedure_id = %s ORDER BY token", pid)
+
+    def wait_status(self, pid: str, status: str, workers, timeout: float = 30.0) -> None:
+        def current():
+            try:
+                return self.status(pid) == status
+            except psycopg.OperationalError:  # the cluster is restarting
+                return False
+        wait_for(current, timeout=timeout, workers=workers, what=f"procedure {pid} to become {status}",
+                 interval=0.2)
+
+
+@pytest.fixture
+def throwaway():
+    from benchmarks.soak import Cluster, find_bindir
+
+    try:
+        find_bindir()
+    except SystemExit as error:
+        pytest.skip(str(error))
+    base = Path(tempfile.mkdtemp(prefix="procedures-reconnect-"))
+    cluster = Cluster(base, free_port())
+    try:
+        cluster.create()
+        manage(cluster.url, "migrate", "--verbosity", "0")
+        yield Throwaway(cluster)
+    finally:
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_worker_carries_on_through_a_postgresql_restart(throwaway, workers, tmp_path):
+    marker = tmp_path / "m"
+    pid = throwaway.submit("testapp.ThreeSteps", {"marker": str(marker), "sleep": {"two": 2}})
+    w = workers.start("--concurrency", "2", lease_seconds=4, procedures=FAST,
+                      env={"DATABASE_URL": throwaway.cluster.url})
+    wait_for(lambda: read_pid(Path(f"{marker}.two")) == w.pid, timeout=30, workers=workers, what="step two")
+
+    throwaway.cluster.restart()  # every connection of the worker dies: main loop, heartbeat, LISTEN, executor
+    throwaway.wait_status(pid, "done", workers)
+    assert throwaway.steps(pid) == [(0, "one", 1, "done"), (1, "two", 1, "done"), (2, "three", 1, "done")]
+    assert throwaway.effects(pid) == [("one", w.pid), ("two", w.pid), ("three", w.pid)]
+    assert throwaway.leases(pid) == [(w.worker_id, "completed", True)]
+
+    # The main loop and LISTEN are back too: new work is picked up at once.
+    started = time.monotonic()
+    again = throwaway.submit("testapp.ThreeSteps", {})
+    throwaway.wait_status(again, "done", workers)
+    assert time.monotonic() - started < 15
     assert_reconnected_quietly(w)
+
+
+def test_worker_carries_on_after_an_outage_longer_than_the_lease(throwaway, workers, tmp_path):
+    """Down past the renewal timeout: the step in flight stops, its attempt is lost and resumed; nothing doubles."""
+    marker = tmp_path / "m"
+    pid = throwaway.submit("testapp.ThreeSteps", {"marker": str(marker), "sleep": {"two": 3}, "poll": True})
+    w = workers.start("--concurrency", "2", lease_seconds=3, procedures=FAST,
+                      env={"DATABASE_URL": throwaway.cluster.url})
+    wait_for(lambda: read_pid(Path(f"{marker}.two")) == w.pid, timeout=30, workers=workers, what="step two")
+
+    throwaway.cluster.stop()
+    time.sleep(5)  # past the 2 s renewal timeout and the 3 s lease
+    throwaway.cluster.start()
+    throwaway.wait_status(pid, "done", workers, timeout=60)
+    steps = throwaway.steps(pid)
+    assert [s for s in steps if s[3] == "done"] == [(0, "one", 1, "done"), (1, "two", 2, "done"),
+                                                   (2, "three", 1, "done")]
+    assert steps[1] == (1, "two", 1, "lost")
+    assert throwaway.effects(pid) == [("one", w.pid), ("two", w.pid), ("three", w.pid)]
+    assert [outcome for _, outcome, _ in throwaway.leases(pid)] == ["expired", "completed"]
+    assert len(w.log_lines(level="WARNING", containing="database connection lost")) == 1, w.describe()
+    assert w.log_lines(level="WARNING", containing="lease renewal timed out"), w.describe()
+    assert w.log_lines(level="INFO", containing="database connection restored"), w.describe()
+    assert not w.log_lines(level="ERROR") and "Traceback" not in w.log(), w.describe()
+    assert w.alive()
