@@ -9,7 +9,7 @@ import traceback as tb
 from collections.abc import Callable
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, Error, transaction
 
 from django_procedures import clock, registry
 from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
@@ -63,7 +63,7 @@ def execute(running: RunningClaim) -> Outcome:
     for reconnects in range(MAX_RECONNECTS + 1):
         try:
             return _execute(running)
-        except DatabaseError as error:
+        except Error as error:  # Django's InterfaceError is no DatabaseError
             if not is_disconnect(error):
                 raise
             outcome = _after_disconnect(running, error, reconnects)
@@ -72,7 +72,7 @@ def execute(running: RunningClaim) -> Outcome:
     raise AssertionError("unreachable")  # pragma: no cover - the last round returns LOST
 
 
-def _after_disconnect(running: RunningClaim, error: DatabaseError, reconnects: int) -> Outcome | None:
+def _after_disconnect(running: RunningClaim, error: Error, reconnects: int) -> Outcome | None:
     """Wait for the database; None to run the claim again from its last checkpoint, else how it ended."""
     claim = running.claim
     found = _wait_for_database(running, error)
@@ -89,7 +89,7 @@ def _after_disconnect(running: RunningClaim, error: DatabaseError, reconnects: i
     return None
 
 
-def _wait_for_database(running: RunningClaim, error: DatabaseError) -> fence.Reloaded | None:
+def _wait_for_database(running: RunningClaim, error: Error) -> fence.Reloaded | None:
     """Reconnect with backoff and re-read the claim (see ``fence.reload``); None if it must stop here.
 
     It stops when the heartbeat gave the lease up (renewal timeout), when the
@@ -109,7 +109,7 @@ def _wait_for_database(running: RunningClaim, error: DatabaseError) -> fence.Rel
         try:
             found = fence.reload(claim)
             break
-        except DatabaseError as again:
+        except Error as again:
             if not is_disconnect(again):
                 raise
         if activity.stopping.wait(delay):
@@ -145,7 +145,7 @@ def _write_unsafe_result(running: RunningClaim, write: Callable[[], Outcome | No
     for _ in range(MAX_RECONNECTS + 1):
         try:
             return write()
-        except DatabaseError as error:
+        except Error as error:  # Django's InterfaceError is no DatabaseError
             if not is_disconnect(error):
                 raise
             found = _wait_for_database(running, error)

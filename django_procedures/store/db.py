@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, Error, InterfaceError, OperationalError, connection
 from django.db.models import DateTimeField, Expression
 from django.db.models.expressions import RawSQL, Value
 from django.utils import timezone
@@ -75,10 +75,12 @@ def is_disconnect(error: BaseException) -> bool:
     open transaction wrote is rolled back (unless its COMMIT was already in
     flight), and the connection has to be opened again.
     """
-    if not isinstance(error, (OperationalError, InterfaceError)) or not is_postgresql():
+    if not isinstance(error, Error) or not is_postgresql():  # Error: Django's InterfaceError is no DatabaseError
         return False
     state = sqlstate(error)
-    if state is not None:  # the server said why
+    if state is not None:
         return state.startswith("08") or state in DISCONNECT_SQLSTATES
-    raw = connection.connection  # no server message: the socket died, or connecting failed
-    return raw is None or bool(raw.closed)
+    # No SQLSTATE means no answer from the server: the socket died ("server closed the connection
+    # unexpectedly"), connecting failed, or the connection was already closed. The connection's own
+    # state cannot tell: Django's atomic() reconnects on its way out to restore autocommit.
+    return isinstance(error, (OperationalError, InterfaceError))

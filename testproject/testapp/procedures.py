@@ -465,3 +465,22 @@ class ChargesAfterPause(Procedure):
     def charge(self, ctx):
         _pause(self, ctx, "charge")
         _effect(ctx, "charge")
+
+
+class RollsBackAfterPause(Procedure):
+    """Books, is refused, and rolls back: the rollback pauses first and then writes its row (one attempt only)."""
+
+    type_name = "testapp.RollsBackAfterPause"
+    retry = RetryPolicy(max_attempts=1)
+
+    @step
+    def book(self, ctx):
+        _effect(ctx, "book")
+
+    @step
+    def confirm(self, ctx):
+        raise NonRetryable("the supplier said no")
+
+    def rollback(self, ctx):
+        _pause(self, ctx, "rollback")
+        _effect(ctx, "rollback")

@@ -23,7 +23,13 @@ from django.db import connection
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.runtime.worker import APPLICATION_NAME_PREFIX
 from testproject.testapp.models import Effect
-from testproject.testapp.procedures import ChargeCard, ChargesAfterPause, ThreeSteps, WritesAfterPause
+from testproject.testapp.procedures import (
+    ChargeCard,
+    ChargesAfterPause,
+    RollsBackAfterPause,
+    ThreeSteps,
+    WritesAfterPause,
+)
 from tests.runtime.processes import MANAGE, ROOT, Workers, read_pid, wait_for
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
@@ -106,12 +112,15 @@ def cut_executor_connection(worker, marker: Path, workers) -> None:
 def assert_reconnected_quietly(worker, *, also: tuple[str, ...] = ()) -> None:
     """One warning for the outage, one line when it is over, no error and no traceback; still running.
 
-    ``also`` are other warnings the test expects (each a substring of its line).
+    ``also`` are other warnings or errors the test expects (each a substring of its line).
     """
-    warnings = [line for line in worker.log_lines(level="WARNING") if not any(a in line for a in also)]
+    def unexpected(level):
+        return [line for line in worker.log_lines(level=level) if not any(a in line for a in also)]
+
+    warnings = unexpected("WARNING")
     assert len(warnings) == 1 and "database connection lost" in warnings[0], worker.describe()
     assert worker.log_lines(level="INFO", containing="database connection restored"), worker.describe()
-    assert not worker.log_lines(level="ERROR"), worker.describe()
+    assert not unexpected("ERROR"), worker.describe()
     assert "Traceback" not in worker.log(), worker.describe()
     assert worker.alive(), worker.describe()
 
@@ -175,6 +184,19 @@ def test_connection_cut_inside_a_non_idempotent_step_parks_it(workers, tmp_path)
     assert leases(handle.id) == [(w.worker_id, "failed", True)]
     assert w.log_lines(level="WARNING", containing="parked as failed"), w.describe()
     assert_reconnected_quietly(w, also=("parked as failed",))
+
+
+def test_connection_cut_during_a_rollback_is_not_a_failed_rollback(workers, tmp_path):
+    marker = tmp_path / "m"
+    handle = RollsBackAfterPause.submit({"marker": str(marker), "sleep": {"rollback": 2}})  # max_attempts=1
+    w = workers.start("--concurrency", "1", lease_seconds=3, procedures=FAST)
+    cut_executor_connection(w, Path(f"{marker}.rollback"), workers)
+
+    assert wait_final(handle.id, workers) == "rolled_back", ProcedureRun.objects.get(id=handle.id).rollback_error
+    assert steps(handle.id) == [(0, "book", 1, "done"), (1, "confirm", 1, "failed"), (1, "rollback", 1, "done")]
+    assert effects(handle.id) == [("book", w.pid), ("rollback", w.pid)]
+    assert leases(handle.id) == [(w.worker_id, "completed", True)]
+    assert_reconnected_quietly(w, also=("the supplier said no",))
 
 
 # -- a PostgreSQL cluster of the test's own, restarted and stopped --------------------------------------
@@ -302,3 +324,4 @@ def test_worker_carries_on_after_an_outage_longer_than_the_lease(throwaway, work
     assert w.log_lines(level="INFO", containing="database connection restored"), w.describe()
     assert not w.log_lines(level="ERROR") and "Traceback" not in w.log(), w.describe()
     assert w.alive()
+
