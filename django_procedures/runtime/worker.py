@@ -240,7 +240,15 @@ class Worker:
                     unknown)
 
     def _report_unknown_types(self) -> None:
-        waiting = unknown_types(self.types)
+        try:
+            waiting = unknown_types(self.types)
+        except Exception as error:  # the database may be down at start-up: the main loop waits for it
+            if is_disconnect(error):
+                watch.lost(error, "start-up")
+            else:
+                logger.warning("worker %s: could not look for unknown types: %s", self.id, error)
+            connection.close()
+            return
         for type_name, count in waiting.items():
             logger.warning("%d ready procedures have the type %r, which this worker does not know; "
                            "they are left for a worker that does", count, type_name)

@@ -325,3 +325,17 @@ def test_worker_carries_on_after_an_outage_longer_than_the_lease(throwaway, work
     assert not w.log_lines(level="ERROR") and "Traceback" not in w.log(), w.describe()
     assert w.alive()
 
+
+def test_worker_started_while_postgresql_is_down_waits_for_it(throwaway, workers):
+    throwaway.cluster.stop()
+    w = workers.start("--concurrency", "2", lease_seconds=3, procedures=FAST,
+                      env={"DATABASE_URL": throwaway.cluster.url})
+    wait_for(lambda: w.log_lines(level="WARNING", containing="database connection lost") or not w.alive(),
+             timeout=30, workers=workers, what="the worker to notice the database is down")
+    time.sleep(1.0)
+    assert w.alive(), w.describe()
+
+    throwaway.cluster.start()
+    pid = throwaway.submit("testapp.ThreeSteps", {})
+    throwaway.wait_status(pid, "done", workers)
+    assert_reconnected_quietly(w)
