@@ -160,6 +160,13 @@ class Cluster:
             self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop", check=False)
             self.running = False
 
+    def dump(self, path: Path) -> None:
+        """pg_dump the soak database (custom format) to ``path``, for a post-mortem."""
+        result = subprocess.run([str(self.bindir / "pg_dump"), "-h", "127.0.0.1", "-p", str(self.port), "-U",
+                                 "postgres", "-Fc", "-f", str(path), DATABASE], capture_output=True, text=True)
+        if result.returncode:
+            log(f"pg_dump failed: {result.stderr.strip()}")
+
     def stop_command(self) -> str:
         prefix = "runuser -u postgres -- " if self._as_postgres else ""
         return f"{prefix}{self.bindir / 'pg_ctl'} -D {self.data} -m fast stop"
@@ -662,6 +669,32 @@ def worker_log_facts(pool: list[SoakWorker]) -> dict[str, int]:
     return dict(counts)
 
 
+def diagnose(path: Path, limit: int = 20) -> None:
+    """Write what the unfinished procedures look like, with their keys and the open sessions, to ``path``."""
+    from django.db import connection
+
+    from django_procedures.models import KeyRequest, ProcedureRun
+
+    lines = []
+    fields = ("id", "type_name", "status", "step", "step_name", "parent_id", "root_id", "lock_keys", "keys_held",
+              "waiting_for_keys", "pending_children", "run_at", "lease_token", "lease_owner", "attempt", "lost",
+              "failures", "error")
+    for row in ProcedureRun.objects.unfinished().values(*fields)[:limit]:
+        lines.append(" ".join(f"{k}={row[k]!r}" for k in fields))
+        for kr in KeyRequest.objects.filter(name__in=[n for n, _ in row["lock_keys"]]).values(
+                "name", "procedure_id", "root_id", "mode", "granted", "requested_at"):
+            lines.append(f"    key request {kr}")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid, application_name, state, wait_event_type, wait_event, xact_start, "
+                       "left(query, 200) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND pid <> pg_backend_pid()")
+        lines += [f"session {row}" for row in cursor.fetchall()]
+        cursor.execute("SELECT locktype, relation::regclass, objid, mode, granted, pid FROM pg_locks "
+                       "WHERE pid <> pg_backend_pid()")
+        lines += [f"lock {row}" for row in cursor.fetchall()]
+    path.write_text("\n".join(lines) + "\n")
+
+
 def print_table(checks: list[Check]) -> None:
     width = max(len(c.name) for c in checks)
     vwidth = max(len(c.value) for c in checks)
@@ -757,6 +790,11 @@ def main(argv: list[str] | None = None) -> int:
             log(f"chaos over after {time.monotonic() - chaos_started:.0f}s: {report.events()}")
             quiescent, settled = wait_quiescent(profile.settle_seconds, pool, report)
             log(f"{'quiescent' if quiescent else 'NOT quiescent'} {settled:.0f}s after the chaos")
+            if not quiescent:  # while the workers still run: their sessions and locks tell why
+                try:
+                    diagnose(logdir / "unfinished.txt")
+                except Exception as error:
+                    log(f"could not write the diagnosis: {error}")
             for w in pool:
                 w.expected_exit = True
                 w.send(signal.SIGTERM)
@@ -791,6 +829,7 @@ def main(argv: list[str] | None = None) -> int:
             saved = ROOT / "var" / f"soak-{time.strftime('%Y%m%d-%H%M%S')}"
             shutil.copytree(logdir, saved)
             shutil.copy(cluster.logfile, saved / "postgresql.log")
+            cluster.dump(saved / f"{DATABASE}.dump")
             log(f"worker logs saved in {saved}")
         print(f"soak {'passed' if ok else 'FAILED'}")
         return 0 if ok else 1
