@@ -294,7 +294,12 @@ class SoakWorker:
         return self.popen is not None and self.popen.poll() is None
 
     def healthy(self) -> bool:
-        return self.alive() and self.frozen_until is None and self.terminating_since is None
+        """Running, not frozen or stopping, and past start-up (a fault before it would test nothing)."""
+        if not (self.alive() and self.frozen_until is None and self.terminating_since is None):
+            return False
+        with contextlib.suppress(OSError):
+            return " started: " in self.logs[-1].read_text(errors="replace")
+        return False
 
     def send(self, sig: int) -> None:
         if self.popen is not None and self.popen.poll() is None:
