@@ -105,9 +105,12 @@ def _requests(names: Iterable[str]) -> list[Request]:
     return [Request(name, pid, root, mode, granted, (at, rid)) for name, pid, root, mode, granted, at, rid in rows]
 
 
-def _grantable(procedure_id: uuid.UUID, parent_id: uuid.UUID | None, names: Iterable[str]) -> bool:
+def _grantable(procedure_id: uuid.UUID, parent_id: uuid.UUID | None, names: Iterable[str],
+               queue: list[Request] | None = None) -> bool:
+    """Whether every key in ``names`` can go to the procedure now; ``queue``: the requests on them, if read."""
     names = list(names)
-    queue = _requests(names)
+    if queue is None:
+        queue = _requests(names)
     mine = {r.key: r for r in queue if r.procedure == procedure_id}
     lenders = ancestors(procedure_id, parent_id)
     return all(name in mine and not blockers(queue, mine[name], lenders) for name in names)
@@ -129,11 +132,21 @@ def release(procedure_ids: Sequence[uuid.UUID]) -> None:
 
 
 def wake_stranded() -> int:
-    """Safety net run by the sweep: waiters none of whose keys is blocked any more are made claimable."""
-    stranded = ProcedureRun.objects.filter(waiting_for_keys=True).values("id", "parent_id", "lock_keys")
+    """Safety net run by the sweep: waiters none of whose keys is blocked any more are made claimable.
+
+    The requests on every key a waiter wants are read in one query, not one per
+    waiter: the sweep runs every few seconds on every worker, and thousands may wait.
+    """
+    stranded = list(ProcedureRun.objects.filter(waiting_for_keys=True).values("id", "parent_id", "lock_keys"))
+    if not stranded:
+        return 0
+    by_key: dict[str, list[Request]] = defaultdict(list)
+    for request in _requests({name for row in stranded for name, _ in row["lock_keys"]}):
+        by_key[request.key].append(request)
     woken = []
     for row in stranded:
-        if _grantable(row["id"], row["parent_id"], (name for name, _ in row["lock_keys"])):
+        names = [name for name, _ in row["lock_keys"]]
+        if _grantable(row["id"], row["parent_id"], names, [r for name in names for r in by_key[name]]):
             woken.append(row["id"])
     if woken:
         ProcedureRun.objects.filter(id__in=woken).update(waiting_for_keys=False)
