@@ -117,6 +117,7 @@ class Worker:
                 now = time.monotonic()
                 if now >= next_sweep:
                     maintain()
+                    now = time.monotonic()  # from the sweep's end: a slow sweep must not starve the claims
                     next_sweep = now + float(conf.SWEEP_SECONDS)
                 if now >= next_stats:
                     if next_stats:
