@@ -71,8 +71,10 @@ class Worker:
 
     def run(self) -> int:
         idle_timeout = conf.IDLE_IN_TRANSACTION_TIMEOUT_SECONDS or 2 * self.options.lease_seconds
-        configure = functools.partial(_configure_connection, idle_timeout=float(idle_timeout), worker_id=self.id)
+        configure = functools.partial(_configure_connection, idle_timeout=float(idle_timeout))
         connection_created.connect(configure, weak=False, dispatch_uid=f"procedures-worker-{self.id}")
+        name = functools.partial(_name_connection, worker_id=self.id)
+        connection_created.connect(name, weak=False, dispatch_uid=f"procedures-worker-name-{self.id}")
         threads = [threading.Thread(target=self._executor_loop, name=f"procedures-exec-{i}", daemon=True)
                    for i in range(self.options.concurrency)]
         logger.info("worker %s started: queues=%s concurrency=%d database=%s types=%d lease=%gs", self.id,
@@ -90,6 +92,7 @@ class Worker:
             self.heartbeat.stop()
             self.waker.close()
             connection_created.disconnect(dispatch_uid=f"procedures-worker-{self.id}")
+            connection_created.disconnect(dispatch_uid=f"procedures-worker-name-{self.id}")
             self._log_stats("stopped")
         return 0
 
@@ -260,6 +263,24 @@ _STAT = {Outcome.COMPLETED: "succeeded", Outcome.SUSPENDED: "suspended", Outcome
          Outcome.LOST: "lost"}
 
 
+def _configure_connection(sender: Any = None, *, connection: Any, idle_timeout: float, **kwargs: Any) -> None:
+    """Worker connections cut a transaction left idle too long, so a frozen worker cannot hold rows for ever."""
+    if connection.vendor != "postgresql":
+        return
+    timeout_ms = int(idle_timeout * 1000)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET idle_in_transaction_session_timeout = {timeout_ms}")
+
+
+def _name_connection(sender: Any = None, *, connection: Any, worker_id: str, **kwargs: Any) -> None:
+    """Worker connections are named (see :func:`application_name`) so ``pg_stat_activity`` tells them apart."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('application_name', %s, false)",
+                       [application_name(worker_id, _thread_role())])
+
+
 #: ``application_name`` of worker connections starts with this (then ``/<role>/<worker id>``).
 APPLICATION_NAME_PREFIX = "procedures-worker"
 
@@ -274,19 +295,3 @@ def _thread_role() -> str:
     if name == "MainThread":
         return "main"
     return name.removeprefix("procedures-")
-
-
-def _configure_connection(sender: Any = None, *, connection: Any, idle_timeout: float, worker_id: str = "",
-                          **kwargs: Any) -> None:
-    """Worker connections cut a transaction left idle too long, so a frozen worker cannot hold rows for ever.
-
-    They are also named (``application_name``, see :func:`application_name`)
-    so operators and tests can tell them apart in ``pg_stat_activity``.
-    """
-    if connection.vendor != "postgresql":
-        return
-    timeout_ms = int(idle_timeout * 1000)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false), "
-                       "set_config('application_name', %s, false)",
-                       [str(timeout_ms), application_name(worker_id, _thread_role())])

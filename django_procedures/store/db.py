@@ -16,9 +16,6 @@ T = TypeVar("T")
 
 #: deadlock_detected and serialization_failure: retried as a transaction, never a lost lease.
 RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
-#: Besides class 08 (connection exception): admin_shutdown, crash_shutdown, cannot_connect_now (a restart),
-#: idle_in_transaction_session_timeout (a worker frozen past it).
-DISCONNECT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "25P03"})
 
 
 def is_postgresql() -> bool:
@@ -50,21 +47,9 @@ def sqlstate(error: BaseException) -> str | None:
     return None
 
 
-def is_conflict(error: BaseException) -> bool:
-    """A deadlock or serialization failure: the transaction may simply be run again."""
-    return isinstance(error, DatabaseError) and sqlstate(error) in RETRYABLE_SQLSTATES
-
-
-def retry_conflicts(fn: Callable[[], T], attempts: int = 5) -> T:
-    """Run the transaction ``fn`` again when it dies of a deadlock or serialization failure."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except DatabaseError as error:
-            if attempt == attempts or not is_conflict(error) or connection.in_atomic_block:
-                raise
-            time.sleep(0.01 * attempt)
-    raise AssertionError("unreachable")
+#: Besides class 08 (connection exception): admin_shutdown, crash_shutdown, cannot_connect_now (a restart),
+#: idle_in_transaction_session_timeout (a worker frozen past it).
+DISCONNECT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "25P03"})
 
 
 def is_disconnect(error: BaseException) -> bool:
@@ -84,3 +69,20 @@ def is_disconnect(error: BaseException) -> bool:
     # unexpectedly"), connecting failed, or the connection was already closed. The connection's own
     # state cannot tell: Django's atomic() reconnects on its way out to restore autocommit.
     return isinstance(error, (OperationalError, InterfaceError))
+
+
+def is_conflict(error: BaseException) -> bool:
+    """A deadlock or serialization failure: the transaction may simply be run again."""
+    return isinstance(error, DatabaseError) and sqlstate(error) in RETRYABLE_SQLSTATES
+
+
+def retry_conflicts(fn: Callable[[], T], attempts: int = 5) -> T:
+    """Run the transaction ``fn`` again when it dies of a deadlock or serialization failure."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except DatabaseError as error:
+            if attempt == attempts or not is_conflict(error) or connection.in_atomic_block:
+                raise
+            time.sleep(0.01 * attempt)
+    raise AssertionError("unreachable")
