@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import copy
-import functools
 import time
 import traceback as tb
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from django.db import DatabaseError, Error, transaction
@@ -135,25 +135,41 @@ def _park_unsafe(running: RunningClaim) -> Outcome:
     return Outcome.FAILED
 
 
-def _write_unsafe_result(running: RunningClaim, write: Callable[[], Outcome | None]) -> Outcome | None:
-    """Record what a non-idempotent step did; on a lost connection, reconnect and write it again.
+class _Settled(Exception):
+    """Raised by :func:`_record` when the claim ended while its result was being written."""
 
-    The step has run and must not run again, so its result in hand is written
-    once the database is back, unless the reloaded row shows that the write
-    landed (its checkpoint clears ``in_unsafe_step``) or the lease moved.
+    def __init__(self, outcome: Outcome | None) -> None:
+        super().__init__(outcome)
+        self.outcome = outcome
+
+
+def _record(running: RunningClaim, cls: type[Procedure], records: list[fence.StepRecord],
+            write: Callable[[], object]) -> None:
+    """Commit what the steps in ``records`` did with ``write`` (checkpoint, completion or suspension).
+
+    After a non-idempotent step a lost connection must not run the step again:
+    the result in hand is written again once the database is back, unless the
+    reloaded row shows the write landed (its checkpoint clears
+    ``in_unsafe_step``) or the lease moved; then ``_Settled`` says how the
+    claim ended (None: carry on from the committed checkpoint).
     """
+    first = find_step(cls, records[0].name)
+    if first is None or first.idempotent:
+        write()
+        return
     for _ in range(MAX_RECONNECTS + 1):
         try:
-            return write()
+            write()
+            return
         except Error as error:  # Django's InterfaceError is no DatabaseError
             if not is_disconnect(error):
                 raise
             found = _wait_for_database(running, error)
             if found is None:
-                return Outcome.LOST
+                raise _Settled(Outcome.LOST) from error
             if not found.in_unsafe_step:
-                return None  # the checkpoint committed before the connection dropped: carry on from it
-    return Outcome.LOST
+                raise _Settled(None) from error
+    raise _Settled(Outcome.LOST)
 
 
 def _execute(running: RunningClaim) -> Outcome:
@@ -237,6 +253,8 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
             return _record_failure(procedure, cls, running, failed)
         except _Interrupted:
             return interrupted(running)
+        except _Settled as settled:
+            return settled.outcome
         except DatabaseError as error:
             if not (first.atomic and is_conflict(error) and not transaction.get_connection().in_atomic_block):
                 raise
@@ -248,7 +266,6 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
 def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, running: RunningClaim) -> Outcome | None:
     claim, activity = running.claim, running.activity
     index, attempt = claim.step, claim.attempt
-    unsafe = not spec.idempotent  # only the first step of a group can be: chained steps are idempotent
     records: list[fence.StepRecord] = []
     while True:
         ctx = Context(procedure_id=claim.id, type_name=claim.type_name, attempt=attempt, step_index=index,
@@ -284,25 +301,17 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             problem = find_problem(status.output, "output")
         if problem:
             raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
-        if (status.kind == "executing" and not status.persist and following is not None
-                and following.idempotent):
+        if status.kind == "suspended" and status.children:
+            _record(running, cls, records, partial(_suspend, procedure, claim, records, following, status, record))
+            return Outcome.SUSPENDED
+        if following is None:
+            _record(running, cls, records, partial(fence.complete, claim, records, procedure.state, status.output))
+            return Outcome.COMPLETED
+        if status.kind == "executing" and not status.persist and following.idempotent:
             index, attempt, spec = index + 1, 1, following
             continue
-        write = functools.partial(_write, procedure, claim, records, following, status, record)
-        return _write_unsafe_result(running, write) if unsafe else write()
-
-
-def _write(procedure: Procedure, claim: Any, records: list[fence.StepRecord], following: StepSpec | None,
-           status: Status, record: fence.StepRecord) -> Outcome | None:
-    """Commit what the steps in ``records`` did: suspend, complete, or checkpoint (then None)."""
-    if status.kind == "suspended" and status.children:
-        _suspend(procedure, claim, records, following, status, record)
-        return Outcome.SUSPENDED
-    if following is None:
-        fence.complete(claim, records, procedure.state, status.output)
-        return Outcome.COMPLETED
-    fence.checkpoint(claim, records, procedure.state, following.name)
-    return None
+        _record(running, cls, records, partial(fence.checkpoint, claim, records, procedure.state, following.name))
+        return None
 
 
 def _suspend(procedure: Procedure, claim: Any, records: list[fence.StepRecord], following: StepSpec | None,
