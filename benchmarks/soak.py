@@ -299,6 +299,8 @@ class SoakWorker:
         """Running, not frozen or stopping, and past start-up (a fault before it would test nothing)."""
         if not (self.alive() and self.frozen_until is None and self.terminating_since is None):
             return False
+        if time.monotonic() - self.lives[-1][0] < 2.0:
+            return False
         with contextlib.suppress(OSError):
             return " started: " in self.logs[-1].read_text(errors="replace")
         return False
@@ -352,11 +354,13 @@ def supervise(pool: list[SoakWorker], report: ChaosReport, now: float) -> None:
             w.kill()
         if not w.alive():
             rc = w.popen.returncode if w.popen else None
-            if not w.expected_exit and not (w.terminating_since is not None and rc == 0):
-                report.unexpected_exits.append(f"{w.name} exited with {rc}")
-                log(f"worker {w.name} exited on its own with {rc}")
-            elif w.terminating_since is not None and rc != 0:
-                report.unexpected_exits.append(f"{w.name} exited with {rc} after SIGTERM")
+            # A SIGTERM that lands before the worker has installed its handlers ends it by the signal:
+            # it held nothing yet. Any other exit after SIGTERM than 0 is a finding.
+            stopped = w.terminating_since is not None and rc in (0, -signal.SIGTERM)
+            if not w.expected_exit and not stopped:
+                report.unexpected_exits.append(f"{w.name} exited with {rc}"
+                                               + (" after SIGTERM" if w.terminating_since is not None else ""))
+                log(f"worker {w.name} exited with {rc}")
             w.lives[-1][1] = now
             w.start()
 
