@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterable
 from django.db import connection
 
 from django_procedures.runtime.executor import RunningClaim, fail_overdue
+from django_procedures.runtime.outage import watch
+from django_procedures.store.db import is_disconnect
 from django_procedures.store.leases import renew
 
 logger = logging.getLogger("django_procedures.worker")
@@ -22,7 +24,10 @@ class Heartbeat(threading.Thread):
     reclaimed, or was cancelled) is marked lost at once. If renewals keep
     failing (database unreachable) for ``renewal_timeout`` seconds since the
     last success, every running claim is marked lost: its steps' next
-    ``ctx.ensure_active()`` raises, before another worker can take over.
+    ``ctx.ensure_active()`` raises, before another worker can take over. A
+    lost connection is reported to the worker's :data:`~.outage.watch` (one
+    warning per outage); other renewal errors are logged once until a renewal
+    succeeds again.
     """
 
     def __init__(self, running: Callable[[], Iterable[RunningClaim]], *, lease_seconds: float,
@@ -34,6 +39,7 @@ class Heartbeat(threading.Thread):
         self.renewal_timeout = renewal_timeout
         self.stop_event = threading.Event()
         self.last_success = time.monotonic()
+        self._failing = False
 
     def run(self) -> None:
         try:
@@ -52,14 +58,26 @@ class Heartbeat(threading.Thread):
             connection.close_if_unusable_or_obsolete()
             held = renew(((r.claim.id, r.claim.lease_token) for r in claims), self.lease_seconds)
         except Exception as error:  # the database may be restarting; keep trying until the timeout
+            gone = is_disconnect(error)
             connection.close()
             silent_for = time.monotonic() - self.last_success
-            logger.warning("lease renewal failed (%.1fs since the last success): %s", silent_for, error)
+            if gone:
+                watch.lost(error, "lease renewal")
+            elif not self._failing:
+                logger.warning("lease renewal failed (%.1fs since the last success): %s", silent_for, error)
+            self._failing = True
             if silent_for >= self.renewal_timeout:
+                lost = [r for r in claims if r.activity.lost_reason is None]
+                if lost:
+                    logger.warning("lease renewal timed out (no success for %.1fs): %d running procedures stop at "
+                                   "their next ensure_active()", silent_for, len(lost))
                 for r in claims:
                     r.activity.lose(f"lease renewal failed for {silent_for:.1f}s (renewal timeout)")
             return
         self.last_success = started
+        self._failing = False
+        if claims:  # with nothing to renew, no statement ran: it proves nothing about the database
+            watch.restored()
         for r in claims:
             if (r.claim.id, r.claim.lease_token) not in held:
                 r.activity.lose(f"lease token {r.claim.lease_token} was taken over or cancelled")

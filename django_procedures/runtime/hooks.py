@@ -16,6 +16,7 @@ from django_procedures.procedure import Procedure
 from django_procedures.runtime.context import Context
 from django_procedures.runtime.running import Outcome, RunningClaim, error_text, interrupted, logger
 from django_procedures.store import fence, tree
+from django_procedures.store.db import is_disconnect
 
 
 def _context(running: RunningClaim, step_name: str) -> Context:
@@ -53,6 +54,8 @@ def handle_children(procedure: Procedure, cls: type[Procedure], running: Running
             except NotActive:
                 return interrupted(running)
             except Exception as error:
+                if is_disconnect(error):
+                    raise  # not the hook's failure: the executor reconnects and runs the claim again
                 procedure.state = copy.deepcopy(claim.state)
                 return fail_now(procedure, cls, running, error_text(error), tb.format_exc())
             fence.handled_child_failure(claim, child.id, copy.deepcopy(procedure.state))
@@ -83,6 +86,8 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
     except LeaseLost:
         raise
     except Exception as error:
+        if is_disconnect(error):
+            raise  # not the rollback's failure: the executor reconnects and runs it again
         record = fence.StepRecord(claim.step, "rollback", claim.attempt, started, clock.now())
         retryable = not isinstance(error, (NonRetryable, *cls.retry.non_retryable))
         decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=retryable,

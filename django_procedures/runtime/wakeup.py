@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import connection
 
+from django_procedures.runtime.outage import watch
 from django_procedures.store.notify import CHANNEL
 
 logger = logging.getLogger("django_procedures.worker")
@@ -23,8 +24,10 @@ class Waker:
     the next wait and the caller polls once (``wait`` returns ``True``).
     """
 
-    def __init__(self, *, listen: bool, queues: Sequence[str] | None, poll_seconds: float) -> None:
+    def __init__(self, *, listen: bool, queues: Sequence[str] | None, poll_seconds: float,
+                 application_name: str = "") -> None:
         self.listen = listen
+        self.application_name = application_name
         self.queues = set(queues) if queues else None
         self.poll_seconds = poll_seconds
         self._read, self._write = os.pipe()
@@ -52,10 +55,12 @@ class Waker:
         params = connection.get_connection_params()
         params.pop("cursor_factory", None)
         params.pop("context", None)
+        if self.application_name:
+            params["application_name"] = self.application_name
         self._conn = psycopg.connect(**params, autocommit=True)
         self._conn.execute(f"LISTEN {CHANNEL}")
         if self._broken_logged:
-            logger.info("LISTEN connection restored")
+            watch.restored()
         self._broken_logged = False
         return True
 
@@ -98,9 +103,8 @@ class Waker:
             return True
 
     def _lost(self, error: BaseException) -> None:
-        if not self._broken_logged:
-            logger.warning("LISTEN connection lost, reconnecting with backoff: %s", error)
-            self._broken_logged = True
+        watch.lost(error, "LISTEN connection")  # one warning per outage, with the worker's other connections
+        self._broken_logged = True
         self.close_connection()
 
     def _drain_pipe(self) -> None:

@@ -24,10 +24,12 @@ from django_procedures.exceptions import LeaseLost
 from django_procedures.policy.retry import FailDecision
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute
 from django_procedures.runtime.heartbeat import Heartbeat
+from django_procedures.runtime.outage import watch
 from django_procedures.runtime.shutdown import graceful_signals
 from django_procedures.runtime.wakeup import Waker
 from django_procedures.store import fence
 from django_procedures.store.claim import claim, next_due, unknown_types
+from django_procedures.store.db import is_conflict, is_disconnect
 from django_procedures.store.maintenance import maintain
 from django_procedures.store.schedules import sync_declared
 from django_procedures.store.ticks import tick
@@ -66,7 +68,8 @@ class Worker:
         self._work: queue.SimpleQueue[RunningClaim | None] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self.waker = Waker(listen=connection.vendor == "postgresql" and bool(conf.LISTEN_NOTIFY),
-                           queues=options.queues, poll_seconds=float(conf.POLL_SECONDS))
+                           queues=options.queues, poll_seconds=float(conf.POLL_SECONDS),
+                           application_name=application_name(self.id, "listen"))
         self.heartbeat = Heartbeat(self.snapshot, lease_seconds=options.lease_seconds,
                                    renewal_timeout=min(conf.renewal_timeout, options.lease_seconds * 2 / 3))
 
@@ -76,6 +79,8 @@ class Worker:
         idle_timeout = conf.IDLE_IN_TRANSACTION_TIMEOUT_SECONDS or 2 * self.options.lease_seconds
         configure = functools.partial(_configure_connection, idle_timeout=float(idle_timeout))
         connection_created.connect(configure, weak=False, dispatch_uid=f"procedures-worker-{self.id}")
+        name = functools.partial(_name_connection, worker_id=self.id)
+        connection_created.connect(name, weak=False, dispatch_uid=f"procedures-worker-name-{self.id}")
         threads = [threading.Thread(target=self._executor_loop, name=f"procedures-exec-{i}", daemon=True)
                    for i in range(self.options.concurrency)]
         logger.info("worker %s started: queues=%s concurrency=%d database=%s types=%d lease=%gs", self.id,
@@ -96,6 +101,7 @@ class Worker:
             self.heartbeat.stop()
             self.waker.close()
             connection_created.disconnect(dispatch_uid=f"procedures-worker-{self.id}")
+            connection_created.disconnect(dispatch_uid=f"procedures-worker-name-{self.id}")
             self._log_stats("stopped")
         return 0
 
@@ -145,7 +151,11 @@ class Worker:
                 backoff = 0.0
                 self.waker.wait(self._idle_timeout(due, next_chore))
             except Exception as error:  # database gone: reconnect with backoff, log once per outage
-                if not backoff:
+                if is_disconnect(error):
+                    watch.lost(error, "worker loop")
+                elif is_conflict(error):  # a deadlock victim: nothing is wrong with the database
+                    logger.info("worker %s: %s; trying again", self.id, error)
+                elif not backoff:
                     logger.warning("worker %s: database error, retrying with backoff: %s", self.id, error)
                 connection.close()
                 self.waker.close_connection()
@@ -155,6 +165,7 @@ class Worker:
     def _claim(self, free: int) -> int:
         claims = claim(self.id, type_names=self.types, queues=self.options.queues, limit=free,
                        lease_seconds=self.options.lease_seconds)
+        watch.restored()
         for c in claims:
             running = RunningClaim(c)
             with self._lock:
@@ -244,7 +255,15 @@ class Worker:
                     s["retried"], s["failed"], s["rolled_back"], s["released"], s["lost"], unknown)
 
     def _report_unknown_types(self) -> None:
-        waiting = unknown_types(self.types)
+        try:
+            waiting = unknown_types(self.types)
+        except Exception as error:  # the database may be down at start-up: the main loop waits for it
+            if is_disconnect(error):
+                watch.lost(error, "start-up")
+            else:
+                logger.warning("worker %s: could not look for unknown types: %s", self.id, error)
+            connection.close()
+            return
         for type_name, count in waiting.items():
             logger.warning("%d ready procedures have the type %r, which this worker does not know; "
                            "they are left for a worker that does", count, type_name)
@@ -264,10 +283,10 @@ class _Chore:
         self.next_at = time.monotonic() if self.first_run else time.monotonic() + self.interval
 
     def run_if_due(self) -> None:
-        now = time.monotonic()
-        if now >= self.next_at:
-            self.next_at = now + self.interval
+        if time.monotonic() >= self.next_at:
             self.run()
+            # From the chore's end: a slow maintenance pass must not starve the claims.
+            self.next_at = time.monotonic() + self.interval
 
 
 _STAT = {Outcome.COMPLETED: "succeeded", Outcome.SUSPENDED: "suspended", Outcome.RETRIED: "retried",
@@ -282,3 +301,28 @@ def _configure_connection(sender: Any = None, *, connection: Any, idle_timeout: 
     timeout_ms = int(idle_timeout * 1000)
     with connection.cursor() as cursor:
         cursor.execute(f"SET idle_in_transaction_session_timeout = {timeout_ms}")
+
+
+def _name_connection(sender: Any = None, *, connection: Any, worker_id: str, **kwargs: Any) -> None:
+    """Worker connections are named (see :func:`application_name`) so ``pg_stat_activity`` tells them apart."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('application_name', %s, false)",
+                       [application_name(worker_id, _thread_role())])
+
+
+#: ``application_name`` of worker connections starts with this (then ``/<role>/<worker id>``).
+APPLICATION_NAME_PREFIX = "procedures-worker"
+
+
+def application_name(worker_id: str, role: str) -> str:
+    """What ``pg_stat_activity`` shows for a worker's connection: role first, as PostgreSQL keeps 63 bytes."""
+    return f"{APPLICATION_NAME_PREFIX}/{role}/{worker_id}"[:63]
+
+
+def _thread_role() -> str:
+    name = threading.current_thread().name
+    if name == "MainThread":
+        return "main"
+    return name.removeprefix("procedures-")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, Error, InterfaceError, OperationalError, connection
 from django.db.models import DateTimeField, Expression
 from django.db.models.expressions import RawSQL, Value
 from django.utils import timezone
@@ -41,6 +41,30 @@ def sqlstate(error: BaseException) -> str | None:
             return state
         cause = cause.__cause__
     return None
+
+
+#: Besides class 08 (connection exception): admin_shutdown, crash_shutdown, cannot_connect_now (a restart),
+#: idle_in_transaction_session_timeout (a worker frozen past it).
+DISCONNECT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "25P03"})
+
+
+def is_disconnect(error: BaseException) -> bool:
+    """The error means this thread's PostgreSQL connection is gone, not that the statement was refused.
+
+    A server restart, a terminated backend, a network cut or an
+    ``idle_in_transaction_session_timeout`` all end the session: whatever the
+    open transaction wrote is rolled back (unless its COMMIT was already in
+    flight), and the connection has to be opened again.
+    """
+    if not isinstance(error, Error) or not is_postgresql():  # Error: Django's InterfaceError is no DatabaseError
+        return False
+    state = sqlstate(error)
+    if state is not None:
+        return state.startswith("08") or state in DISCONNECT_SQLSTATES
+    # No SQLSTATE means no answer from the server: the socket died ("server closed the connection
+    # unexpectedly"), connecting failed, or the connection was already closed. The connection's own
+    # state cannot tell: Django's atomic() reconnects on its way out to restore autocommit.
+    return isinstance(error, (OperationalError, InterfaceError))
 
 
 def is_conflict(error: BaseException) -> bool:

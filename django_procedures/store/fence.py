@@ -73,6 +73,33 @@ def holds(claim: Claim) -> bool:
     return ProcedureRun.objects.filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED).exists()
 
 
+@dataclass(frozen=True)
+class Reloaded:
+    """What :func:`reload` found: whether the claim still holds the procedure, and where it stands."""
+
+    held: bool
+    in_unsafe_step: bool = False
+
+
+def reload(claim: Claim) -> Reloaded:
+    """Re-read the claimed row after the connection was lost, and bring ``claim`` up to date with it.
+
+    The last transaction's COMMIT may or may not have landed: the row says
+    which (a checkpoint that committed has moved ``step`` on). ``held`` is
+    False when the lease moved meanwhile, or the procedure left the running
+    state (it finished, waits or retries: that outcome committed).
+    """
+    row = (ProcedureRun.objects.filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED)
+           .values("state", "step", "step_name", "attempt", "failures", "lost", "suspension", "in_rollback",
+                   "in_unsafe_step").first())
+    if row is None:
+        return Reloaded(held=False)
+    claim.state, claim.step, claim.step_name = row["state"], row["step"], row["step_name"]
+    claim.attempt, claim.failures, claim.lost = row["attempt"], row["failures"], row["lost"]
+    claim.suspension, claim.in_rollback = row["suspension"], row["in_rollback"]
+    return Reloaded(held=True, in_unsafe_step=row["in_unsafe_step"])
+
+
 def close_lease(procedure_id: Any, token: int, outcome: LeaseOutcome) -> None:
     Lease.objects.filter(procedure_id=procedure_id, token=token, released_at__isnull=True).update(
         released_at=db_now(), outcome=outcome

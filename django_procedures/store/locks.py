@@ -37,6 +37,23 @@ def _key_locks(names: Iterable[str], *, wait: bool) -> bool:
         return bool(cursor.fetchone()[0])
 
 
+def _root_shared(procedure_id: uuid.UUID, root_id: uuid.UUID | None) -> bool:
+    """Take now, without waiting, the lock the new ``KeyRequest`` rows' foreign key to the root takes at COMMIT.
+
+    That check (deferred to COMMIT) would otherwise wait for the root row while
+    this transaction holds a key's advisory lock, the reverse of the lock order
+    of a descendant's final transaction (ancestor rows, then key locks):
+    a deadlock. False if the root row is locked for update right now (the
+    caller passes the procedure by, as when its keys are being decided).
+    """
+    if root_id is None or root_id == procedure_id or not is_postgresql():
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {ProcedureRun._meta.db_table} WHERE id = %s FOR KEY SHARE SKIP LOCKED",
+                       [root_id])
+        return cursor.fetchone() is not None
+
+
 def ancestors(procedure_id: uuid.UUID, parent_id: uuid.UUID | None) -> set[uuid.UUID]:
     found: set[uuid.UUID] = set()
     while parent_id is not None and parent_id not in found:
@@ -67,7 +84,7 @@ def grant_due(*, type_names: Sequence[str], queues: Sequence[str] | None, limit:
             break
         for row in candidates:
             wanted = {name: mode for name, mode in row["lock_keys"]}
-            if not _key_locks(wanted, wait=False):
+            if not _root_shared(row["id"], row["root_id"]) or not _key_locks(wanted, wait=False):
                 passed.append(row["id"])
                 continue
             KeyRequest.objects.bulk_create(
@@ -88,9 +105,12 @@ def _requests(names: Iterable[str]) -> list[Request]:
     return [Request(name, pid, root, mode, granted, (at, rid)) for name, pid, root, mode, granted, at, rid in rows]
 
 
-def _grantable(procedure_id: uuid.UUID, parent_id: uuid.UUID | None, names: Iterable[str]) -> bool:
+def _grantable(procedure_id: uuid.UUID, parent_id: uuid.UUID | None, names: Iterable[str],
+               queue: list[Request] | None = None) -> bool:
+    """Whether every key in ``names`` can go to the procedure now; ``queue``: the requests on them, if read."""
     names = list(names)
-    queue = _requests(names)
+    if queue is None:
+        queue = _requests(names)
     mine = {r.key: r for r in queue if r.procedure == procedure_id}
     lenders = ancestors(procedure_id, parent_id)
     return all(name in mine and not blockers(queue, mine[name], lenders) for name in names)
@@ -112,11 +132,21 @@ def release(procedure_ids: Sequence[uuid.UUID]) -> None:
 
 
 def wake_stranded() -> int:
-    """Safety net run by the sweep: waiters none of whose keys is blocked any more are made claimable."""
-    stranded = ProcedureRun.objects.filter(waiting_for_keys=True).values("id", "parent_id", "lock_keys")
+    """Safety net run by the sweep: waiters none of whose keys is blocked any more are made claimable.
+
+    The requests on every key a waiter wants are read in one query, not one per
+    waiter: the sweep runs every few seconds on every worker, and thousands may wait.
+    """
+    stranded = list(ProcedureRun.objects.filter(waiting_for_keys=True).values("id", "parent_id", "lock_keys"))
+    if not stranded:
+        return 0
+    by_key: dict[str, list[Request]] = defaultdict(list)
+    for request in _requests({name for row in stranded for name, _ in row["lock_keys"]}):
+        by_key[request.key].append(request)
     woken = []
     for row in stranded:
-        if _grantable(row["id"], row["parent_id"], (name for name, _ in row["lock_keys"])):
+        names = [name for name, _ in row["lock_keys"]]
+        if _grantable(row["id"], row["parent_id"], names, [r for name in names for r in by_key[name]]):
             woken.append(row["id"])
     if woken:
         ProcedureRun.objects.filter(id__in=woken).update(waiting_for_keys=False)

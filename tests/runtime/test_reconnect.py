@@ -1,0 +1,341 @@
+"""Real workers lose their database connections and carry on without a human.
+
+The tests either terminate the worker's own backends on the test database
+(found by the ``application_name`` worker connections carry) or restart a
+throwaway PostgreSQL cluster the test creates for itself; never anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.db import connection
+
+from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.runtime.worker import APPLICATION_NAME_PREFIX
+from testproject.testapp.models import Effect
+from testproject.testapp.procedures import (
+    ChargeCard,
+    ChargesAfterPause,
+    RollsBackAfterPause,
+    ThreeSteps,
+    WritesAfterPause,
+)
+from tests.runtime.processes import MANAGE, ROOT, Workers, read_pid, wait_for
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
+
+FAST = {"SWEEP_SECONDS": 0.5}
+
+
+@pytest.fixture
+def workers(transactional_db, tmp_path):
+    pool = Workers(tmp_path)
+    yield pool
+    pool.close()
+    print(pool.describe())
+
+
+def backends(worker) -> dict[str, int]:
+    """``{role: pid}`` of the worker's connections to the test database (main, heartbeat, listen, exec-N)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT application_name, pid FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND application_name LIKE %s", [f"{APPLICATION_NAME_PREFIX}/%/{worker.worker_id}"])
+        return {name.split("/")[1]: pid for name, pid in cursor.fetchall()}
+
+
+def test_worker_connections_are_named_by_role(workers, tmp_path):
+    marker = tmp_path / "m"
+    ThreeSteps.submit({"marker": str(marker), "sleep": {"two": 30}, "poll": True})
+    w = workers.start("--concurrency", "2", procedures=FAST)
+    wait_for(lambda: Path(f"{marker}.two").exists(), timeout=30, workers=workers, what="step two to start")
+
+    def named():
+        roles = set(backends(w))
+        return roles >= {"main", "heartbeat", "listen"} and roles & {"exec-0", "exec-1"} and roles
+
+    roles = wait_for(named, timeout=15, workers=workers, what="the worker's named connections")
+    assert roles <= {"main", "heartbeat", "listen", "exec-0", "exec-1"}
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def terminate(pids) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [list(pids)])
+
+
+def executor_backends(worker) -> list[int]:
+    return [pid for role, pid in backends(worker).items() if role.startswith("exec-")]
+
+
+def status_of(pid) -> str:
+    return ProcedureRun.objects.values_list("status", flat=True).get(id=pid)
+
+
+def steps(pid) -> list[tuple[int, str, int, str]]:
+    return list(Step.objects.filter(procedure_id=pid).order_by("index", "attempt", "id")
+                .values_list("index", "name", "attempt", "status"))
+
+
+def effects(pid) -> list[tuple[str, int]]:
+    return list(Effect.objects.filter(procedure_id=pid).order_by("id").values_list("step", "worker_pid"))
+
+
+def leases(pid) -> list[tuple[str, str, bool]]:
+    return [(worker, outcome, released is not None) for worker, outcome, released in
+            Lease.objects.filter(procedure_id=pid).order_by("token").values_list("worker", "outcome", "released_at")]
+
+
+def wait_final(pid, workers, timeout=30.0) -> str:
+    return wait_for(lambda: (s := status_of(pid)) in ("done", "failed", "rolled_back", "cancelled") and s,
+                    timeout=timeout, workers=workers, what=f"procedure {pid} to finish")
+
+
+def cut_executor_connection(worker, marker: Path, workers) -> None:
+    """Once the step has written ``marker``, terminate the worker's executor connections."""
+    wait_for(lambda: read_pid(marker) == worker.pid, timeout=30, workers=workers, what=f"{marker.name} written")
+    pids = wait_for(lambda: executor_backends(worker), timeout=10, workers=workers, what="the executor connection")
+    terminate(pids)
+
+
+def assert_reconnected_quietly(worker, *, also: tuple[str, ...] = ()) -> None:
+    """One warning for the outage, one line when it is over, no error and no traceback; still running.
+
+    ``also`` are other warnings or errors the test expects (each a substring of its line).
+    """
+    def unexpected(level):
+        return [line for line in worker.log_lines(level=level) if not any(a in line for a in also)]
+
+    warnings = unexpected("WARNING")
+    assert len(warnings) == 1 and "database connection lost" in warnings[0], worker.describe()
+    assert worker.log_lines(level="INFO", containing="database connection restored"), worker.describe()
+    assert not unexpected("ERROR"), worker.describe()
+    assert "Traceback" not in worker.log(), worker.describe()
+    assert worker.alive(), worker.describe()
+
+
+# -- a terminated executor connection ----------------------------------------------------------------
+
+
+def test_connection_cut_before_the_checkpoint_resumes_the_step_under_the_same_lease(workers, tmp_path):
+    marker = tmp_path / "m"
+    handle = ThreeSteps.submit({"marker": str(marker), "sleep": {"two": 2}})
+    w = workers.start("--concurrency", "1", lease_seconds=3, procedures=FAST)
+    cut_executor_connection(w, Path(f"{marker}.two"), workers)
+
+    assert wait_final(handle.id, workers) == "done"
+    # No failed and no lost attempt: step two ran again under the same lease, as attempt 1.
+    assert steps(handle.id) == [(0, "one", 1, "done"), (1, "two", 1, "done"), (2, "three", 1, "done")]
+    # The cut transaction's row rolled back with it: each step's row exists once.
+    assert effects(handle.id) == [("one", w.pid), ("two", w.pid), ("three", w.pid)]
+    assert leases(handle.id) == [(w.worker_id, "completed", True)]
+    assert_reconnected_quietly(w)
+
+
+def test_connection_cut_under_a_steps_own_query_is_not_a_failed_attempt(workers, tmp_path):
+    marker = tmp_path / "m"
+    handle = WritesAfterPause.submit({"marker": str(marker), "sleep": {"work": 2}})  # max_attempts=1
+    w = workers.start("--concurrency", "1", lease_seconds=3, procedures=FAST)
+    cut_executor_connection(w, Path(f"{marker}.work"), workers)
+
+    assert wait_final(handle.id, workers) == "done", ProcedureRun.objects.get(id=handle.id).error
+    assert steps(handle.id) == [(0, "work", 1, "done")]
+    assert effects(handle.id) == [("work", w.pid)]
+    assert leases(handle.id) == [(w.worker_id, "completed", True)]
+    assert_reconnected_quietly(w)
+
+
+def test_connection_cut_after_a_non_idempotent_step_records_it_without_running_it_again(workers, tmp_path):
+    marker = tmp_path / "m"
+    charged = Path(f"{marker}.charge")
+    handle = ChargeCard.submit({"marker": str(marker), "sleep": {"charge": 2}})
+    w = workers.start("--concurrency", "1", lease_seconds=3, procedures=FAST)
+    cut_executor_connection(w, charged, workers)
+    written = charged.stat().st_mtime_ns
+
+    assert wait_final(handle.id, workers) == "done"
+    assert charged.stat().st_mtime_ns == written  # the step ran once; only its result was written again
+    assert steps(handle.id) == [(0, "charge", 1, "done")]
+    assert leases(handle.id) == [(w.worker_id, "completed", True)]
+    assert_reconnected_quietly(w)
+
+
+def test_connection_cut_inside_a_non_idempotent_step_parks_it(workers, tmp_path):
+    marker = tmp_path / "m"
+    handle = ChargesAfterPause.submit({"marker": str(marker), "sleep": {"charge": 2}})
+    w = workers.start("--concurrency", "1", lease_seconds=3, procedures=FAST)
+    cut_executor_connection(w, Path(f"{marker}.charge"), workers)
+
+    assert wait_final(handle.id, workers) == "failed"
+    row = ProcedureRun.objects.get(id=handle.id)
+    assert (row.error, row.failure_can_retry) == ("interrupted during non-idempotent step charge", True)
+    assert effects(handle.id) == []  # its own write died with the connection; it is not run again
+    assert leases(handle.id) == [(w.worker_id, "failed", True)]
+    assert w.log_lines(level="WARNING", containing="parked as failed"), w.describe()
+    assert_reconnected_quietly(w, also=("parked as failed",))
+
+
+def test_connection_cut_during_a_rollback_is_not_a_failed_rollback(workers, tmp_path):
+    marker = tmp_path / "m"
+    handle = RollsBackAfterPause.submit({"marker": str(marker), "sleep": {"rollback": 2}})  # max_attempts=1
+    w = workers.start("--concurrency", "1", lease_seconds=3, procedures=FAST)
+    cut_executor_connection(w, Path(f"{marker}.rollback"), workers)
+
+    assert wait_final(handle.id, workers) == "rolled_back", ProcedureRun.objects.get(id=handle.id).rollback_error
+    assert steps(handle.id) == [(0, "book", 1, "done"), (1, "confirm", 1, "failed"), (1, "rollback", 1, "done")]
+    assert effects(handle.id) == [("book", w.pid), ("rollback", w.pid)]
+    assert leases(handle.id) == [(w.worker_id, "completed", True)]
+    assert_reconnected_quietly(w, also=("the supplier said no",))
+
+
+# -- a PostgreSQL cluster of the test's own, restarted and stopped --------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def manage(url: str, *args: str) -> str:
+    env = {"DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "testproject.settings", "PROCEDURES_JSON": "{}"}
+    result = subprocess.run([sys.executable, str(MANAGE), *args], cwd=ROOT, env={**_base_env(), **env},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def _base_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "TESTAPP_EXTRA_TYPES")}
+
+
+class Throwaway:
+    """Reads and submits on the test's own cluster (its database is not pytest-django's)."""
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+
+    def submit(self, type_name: str, state: dict) -> str:
+        code = (f"from django_procedures import registry; "
+                f"print(registry.get({type_name!r}).submit(__import__('json').loads({json.dumps(state)!r})).id)")
+        return manage(self.cluster.url, "shell", "--verbosity", "0", "-c", code).strip().splitlines()[-1]
+
+    def rows(self, sql: str, *params) -> list[tuple]:
+        with psycopg.connect(self.cluster.url.replace("postgres://", "postgresql://")) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def status(self, pid: str) -> str:
+        return self.rows("SELECT status FROM django_procedures_procedurerun WHERE id = %s", pid)[0][0]
+
+    def steps(self, pid: str) -> list[tuple]:
+        return self.rows('SELECT index, name, attempt, status FROM django_procedures_step WHERE procedure_id = %s '
+                         'ORDER BY index, attempt, id', pid)
+
+    def effects(self, pid: str) -> list[tuple]:
+        return self.rows("SELECT step, worker_pid FROM testapp_effect WHERE procedure_id = %s ORDER BY id", pid)
+
+    def leases(self, pid: str) -> list[tuple]:
+        return self.rows("SELECT worker, outcome, released_at IS NOT NULL FROM django_procedures_lease "
+                         "WHERE procedure_id = %s ORDER BY token", pid)
+
+    def wait_status(self, pid: str, status: str, workers, timeout: float = 30.0) -> None:
+        def current():
+            try:
+                return self.status(pid) == status
+            except psycopg.OperationalError:  # the cluster is restarting
+                return False
+        wait_for(current, timeout=timeout, workers=workers, what=f"procedure {pid} to become {status}",
+                 interval=0.2)
+
+
+@pytest.fixture
+def throwaway():
+    from benchmarks.soak import Cluster, find_bindir
+
+    try:
+        find_bindir()
+    except SystemExit as error:
+        pytest.skip(str(error))
+    base = Path(tempfile.mkdtemp(prefix="procedures-reconnect-"))
+    cluster = Cluster(base, free_port())
+    try:
+        cluster.create()
+        manage(cluster.url, "migrate", "--verbosity", "0")
+        yield Throwaway(cluster)
+    finally:
+        cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_worker_carries_on_through_a_postgresql_restart(throwaway, workers, tmp_path):
+    marker = tmp_path / "m"
+    pid = throwaway.submit("testapp.ThreeSteps", {"marker": str(marker), "sleep": {"two": 2}})
+    w = workers.start("--concurrency", "2", lease_seconds=4, procedures=FAST,
+                      env={"DATABASE_URL": throwaway.cluster.url})
+    wait_for(lambda: read_pid(Path(f"{marker}.two")) == w.pid, timeout=30, workers=workers, what="step two")
+
+    throwaway.cluster.restart()  # every connection of the worker dies: main loop, heartbeat, LISTEN, executor
+    throwaway.wait_status(pid, "done", workers)
+    assert throwaway.steps(pid) == [(0, "one", 1, "done"), (1, "two", 1, "done"), (2, "three", 1, "done")]
+    assert throwaway.effects(pid) == [("one", w.pid), ("two", w.pid), ("three", w.pid)]
+    assert throwaway.leases(pid) == [(w.worker_id, "completed", True)]
+
+    # The main loop and LISTEN are back too: new work is picked up at once.
+    started = time.monotonic()
+    again = throwaway.submit("testapp.ThreeSteps", {})
+    throwaway.wait_status(again, "done", workers)
+    assert time.monotonic() - started < 15
+    assert_reconnected_quietly(w)
+
+
+def test_worker_carries_on_after_an_outage_longer_than_the_lease(throwaway, workers, tmp_path):
+    """Down past the renewal timeout: the step in flight stops, its attempt is lost and resumed; nothing doubles."""
+    marker = tmp_path / "m"
+    pid = throwaway.submit("testapp.ThreeSteps", {"marker": str(marker), "sleep": {"two": 3}, "poll": True})
+    w = workers.start("--concurrency", "2", lease_seconds=3, procedures=FAST,
+                      env={"DATABASE_URL": throwaway.cluster.url})
+    wait_for(lambda: read_pid(Path(f"{marker}.two")) == w.pid, timeout=30, workers=workers, what="step two")
+
+    throwaway.cluster.stop()
+    time.sleep(5)  # past the 2 s renewal timeout and the 3 s lease
+    throwaway.cluster.start()
+    throwaway.wait_status(pid, "done", workers, timeout=60)
+    steps = throwaway.steps(pid)
+    assert [s for s in steps if s[3] == "done"] == [(0, "one", 1, "done"), (1, "two", 2, "done"),
+                                                   (2, "three", 1, "done")]
+    assert steps[1] == (1, "two", 1, "lost")
+    assert throwaway.effects(pid) == [("one", w.pid), ("two", w.pid), ("three", w.pid)]
+    assert [outcome for _, outcome, _ in throwaway.leases(pid)] == ["expired", "completed"]
+    assert len(w.log_lines(level="WARNING", containing="database connection lost")) == 1, w.describe()
+    assert w.log_lines(level="WARNING", containing="lease renewal timed out"), w.describe()
+    assert w.log_lines(level="INFO", containing="database connection restored"), w.describe()
+    assert not w.log_lines(level="ERROR") and "Traceback" not in w.log(), w.describe()
+    assert w.alive()
+
+
+def test_worker_started_while_postgresql_is_down_waits_for_it(throwaway, workers):
+    throwaway.cluster.stop()
+    w = workers.start("--concurrency", "2", lease_seconds=3, procedures=FAST,
+                      env={"DATABASE_URL": throwaway.cluster.url})
+    wait_for(lambda: w.log_lines(level="WARNING", containing="database connection lost") or not w.alive(),
+             timeout=30, workers=workers, what="the worker to notice the database is down")
+    time.sleep(1.0)
+    assert w.alive(), w.describe()
+
+    throwaway.cluster.start()
+    pid = throwaway.submit("testapp.ThreeSteps", {})
+    throwaway.wait_status(pid, "done", workers)
+    assert_reconnected_quietly(w)

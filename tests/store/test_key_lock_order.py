@@ -1,0 +1,68 @@
+"""A claim deciding a child's lent key never waits on the tree's root row (found by the soak: a deadlock).
+
+A child's final transaction locks its ancestors' rows, then waits for the
+advisory lock of each key it releases. A claim deciding a sibling's keys
+holds that advisory lock and inserts ``KeyRequest`` rows whose foreign key to
+the root is checked at COMMIT, which takes a share lock on the root row:
+without care, the two wait for each other and PostgreSQL kills one.
+"""
+
+import threading
+import time
+
+import pytest
+from django.db import connection, transaction
+
+from django_procedures.models import KeyRequest, ProcedureRun
+from django_procedures.runtime.executor import RunningClaim, execute
+from django_procedures.store import locks, tree
+from django_procedures.store.claim import claim
+from testproject.testapp.procedures import Leaf, Parent
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+TYPES = [Parent.type_name, Leaf.type_name]
+X = [["tenant:1", "exclusive"]]
+
+
+def take(limit=1):
+    return claim("w", type_names=TYPES, limit=limit, lease_seconds=30)
+
+
+def test_a_sibling_finishing_while_a_claim_decides_the_lent_key_does_not_deadlock():
+    parent = Parent.submit({"fanout": 2, "keys": X, "child_keys": X})
+    (p,) = take()
+    execute(RunningClaim(p))  # spawns two leaves that take the key the parent lends them
+    (first,) = take()
+    second = ProcedureRun.objects.get(parent_id=parent.id, keys_held=False)
+
+    locked, go, errors = threading.Event(), threading.Event(), []
+
+    def first_leaf_finishes():
+        # What the first leaf's final transaction does: lock the parent, then release its keys.
+        try:
+            with transaction.atomic():
+                tree.lock_rows([parent.id])
+                locked.set()
+                go.wait(5)
+                locks.release([first.id])
+        except Exception as error:  # pragma: no cover - the regression
+            errors.append(error)
+        finally:
+            connection.close()
+
+    finisher = threading.Thread(target=first_leaf_finishes)
+    finisher.start()
+    assert locked.wait(5)
+    started = time.monotonic()
+    try:
+        claimed = take()
+    finally:
+        go.set()
+        finisher.join(10)
+    assert time.monotonic() - started < 2, "the claim waited for the root row"
+    assert errors == []
+    assert claimed == []  # the second leaf was passed by while its root is locked: decided by a later claim
+    assert not KeyRequest.objects.filter(procedure_id=second.id).exists()
+
+    (later,) = take()
+    assert later.id == second.id  # the first leaf's key went back to the tree, so the second one gets it
