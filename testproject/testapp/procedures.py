@@ -334,6 +334,49 @@ class Spawner(Procedure):
         for spec in self.state["children"]:
             cls = Gated if spec.get("gated") else Leaf
             children.append(cls(spec.get("state", {}), priority=spec.get("priority", 0)))
+        return Status.suspended(children)
+
+    @step
+    def collect(self, ctx):
+        _effect(ctx, "collect")
+        self.state["seen"] = [[c.status, c.output] for c in ctx.children]
+        return Status.done(output=sum(c.output for c in ctx.children if c.status == "done"))
+
+    def on_child_failed(self, ctx, child):
+        if not self.state.get("tolerant"):
+            super().on_child_failed(ctx, child)
+        self.state.setdefault("failed_children", []).append(child.error)
+        _pause(self, ctx, "on_child_failed")
+
+    def rollback(self, ctx):
+        _effect(ctx, "rollback")
+        if ctx.attempt == 1:
+            _pause(self, ctx, "rollback")
+
+
+class Heartbeat(Procedure):
+    """A scheduled no-op that records its tick; ``stop_after`` ends its schedule from the run."""
+
+    type_name = "testapp.Heartbeat"
+
+    @step
+    def beat(self, ctx):
+        _effect(ctx, "beat")
+        _pause(self, ctx, "beat")
+        if self.state.get("stop"):
+            ctx.stop_schedule(self.state["stop"])
+
+
+class Secretive(Procedure):
+    """Fails for good with secrets in its state: the admin masks the keys named in ``redact``."""
+
+    type_name = "testapp.Secretive"
+    retry = FAST_RETRY
+    redact = ("password", "card")
+
+    @step
+    def use(self, ctx):
+        raise NonRetryable("the card was declined")
 
 
 # -- the fault-injection soak (benchmarks/soak.py) ---------------------------------------------
@@ -445,47 +488,6 @@ class SoakTree(Procedure):
 
     @step
     def collect(self, ctx):
-        _effect(ctx, "collect")
-        self.state["seen"] = [[c.status, c.output] for c in ctx.children]
-        return Status.done(output=sum(c.output for c in ctx.children if c.status == "done"))
-
-    def on_child_failed(self, ctx, child):
-        if not self.state.get("tolerant"):
-            super().on_child_failed(ctx, child)
-        self.state.setdefault("failed_children", []).append(child.error)
-        _pause(self, ctx, "on_child_failed")
-
-    def rollback(self, ctx):
-        _effect(ctx, "rollback")
-        if ctx.attempt == 1:
-            _pause(self, ctx, "rollback")
-
-
-class Heartbeat(Procedure):
-    """A scheduled no-op that records its tick; ``stop_after`` ends its schedule from the run."""
-
-    type_name = "testapp.Heartbeat"
-
-    @step
-    def beat(self, ctx):
-        _effect(ctx, "beat")
-        _pause(self, ctx, "beat")
-        if self.state.get("stop"):
-            ctx.stop_schedule(self.state["stop"])
-
-
-class Secretive(Procedure):
-    """Fails for good with secrets in its state: the admin masks the keys named in ``redact``."""
-
-    type_name = "testapp.Secretive"
-    retry = FAST_RETRY
-    redact = ("password", "card")
-
-    @step
-    def use(self, ctx):
-        raise NonRetryable("the card was declined")
-
-
         _soak_work(self, ctx, "collect")
         if [c.status for c in ctx.children] != ["done"] * len(ctx.children):
             raise NonRetryable(f"collect saw unfinished children: {[c.status for c in ctx.children]}")
