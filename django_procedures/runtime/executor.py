@@ -220,6 +220,8 @@ def _execute(running: RunningClaim) -> Outcome:
                     claim.lease_token, extra=log_extra(claim))
         return Outcome.LOST
     except DatabaseError as error:
+        if is_disconnect(error):
+            raise  # a lost connection costs no attempt: execute() reconnects and resumes
         # A worker frozen past its lease (SIGSTOP, VM pause) finds its step's transaction cut by
         # idle_in_transaction_session_timeout when it wakes. If the lease moved meanwhile, this is the
         # fenced-out case (drop the result, log once at INFO), not an error.
