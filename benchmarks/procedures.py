@@ -1,0 +1,101 @@
+"""The procedures the benchmarks run: no-op bodies, so what is measured is the engine.
+
+Registered only where ``benchmarks.settings`` is in use (the runner and the
+workers it starts).
+"""
+
+from __future__ import annotations
+
+import time
+
+from django_procedures import Procedure, Status, step
+
+
+class Noop(Procedure):
+    """One atomic step that does nothing: the unit of the throughput and backlog benchmarks."""
+
+    type_name = "bench.Noop"
+
+    @step
+    def run(self, ctx):
+        return None
+
+
+class Stamp(Procedure):
+    """One step that returns the wall-clock time at which it started (pickup latency)."""
+
+    type_name = "bench.Stamp"
+
+    @step
+    def run(self, ctx):
+        return Status.done(output={"started": time.time()})
+
+
+class TenSteps(Procedure):
+    """Ten no-op atomic steps, each committed with its own checkpoint."""
+
+    type_name = "bench.TenSteps"
+
+    @step
+    def s0(self, ctx):
+        pass
+
+    @step
+    def s1(self, ctx):
+        pass
+
+    @step
+    def s2(self, ctx):
+        pass
+
+    @step
+    def s3(self, ctx):
+        pass
+
+    @step
+    def s4(self, ctx):
+        pass
+
+    @step
+    def s5(self, ctx):
+        pass
+
+    @step
+    def s6(self, ctx):
+        pass
+
+    @step
+    def s7(self, ctx):
+        pass
+
+    @step
+    def s8(self, ctx):
+        pass
+
+    @step
+    def s9(self, ctx):
+        pass
+
+
+class TreeLeaf(Procedure):
+    """A child that does nothing."""
+
+    type_name = "bench.TreeLeaf"
+
+    @step
+    def run(self, ctx):
+        return None
+
+
+class TreeParent(Procedure):
+    """Spawns ``fanout`` leaves, waits for them, then finishes."""
+
+    type_name = "bench.TreeParent"
+
+    @step
+    def spawn(self, ctx):
+        return Status.suspended([TreeLeaf({"n": i}) for i in range(self.state.get("fanout", 20))])
+
+    @step
+    def collect(self, ctx):
+        return Status.done(output=len(ctx.children))

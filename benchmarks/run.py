@@ -1,0 +1,241 @@
+"""Run the benchmark suite against PostgreSQL, print the table, and append it to ``benchmarks/RESULTS.md``.
+
+    python -m benchmarks.run [--quick] [--only NAME[,NAME]] [--runs N] [--threads N]
+                             [--database-url postgres://user@host:port/any] [--results PATH]
+                             [--profile DIR] [--update-docs] [--keep-logs]
+
+Every run of every benchmark creates its own database on that server (named
+``bench_<pid>_...``) and drops it afterwards; the database named in the URL is
+never touched. ``--quick`` runs each benchmark once at a tiny size, to keep the
+suite working (CI); its figures mean nothing. Results are noisy when the
+machine or the server is doing anything else: the header of each entry
+records the load average and the other sessions on the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+
+from benchmarks.harness import DEFAULT_URL, ROOT, Databases, Server, median
+
+#: Worker threads per process: the best of 1, 2, 4, 8 and 16 on the 2-core reference machine (docs/performance.md).
+DEFAULT_THREADS = 4
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+DOCS = ROOT / "docs" / "performance.md"
+DOCS_START, DOCS_END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from benchmarks.suite import ALIASES, BENCHMARKS
+
+    names = [*BENCHMARKS, *ALIASES]
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="each benchmark once at a tiny size (CI)")
+    parser.add_argument("--only", default="", help=f"comma-separated benchmarks to run: {', '.join(names)}")
+    parser.add_argument("--runs", type=int, default=None, help="runs per benchmark (default 3; 1 with --quick)")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                        help=f"executor threads per worker process (default {DEFAULT_THREADS})")
+    default_url = os.environ.get("BENCH_DATABASE_URL") or _postgres_env() or DEFAULT_URL
+    parser.add_argument("--database-url", default=default_url,
+                        help="the PostgreSQL server to create the benchmark databases on (default: "
+                             "BENCH_DATABASE_URL, else a postgres:// DATABASE_URL, else " + DEFAULT_URL + ")")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="file the dated table is appended to")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="attach py-spy to every worker and write raw (collapsed) stacks into this directory")
+    parser.add_argument("--update-docs", action="store_true", help=f"put the table into {DOCS.relative_to(ROOT)}")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the workers' log files")
+    args = parser.parse_args(argv)
+    selected = [n.strip() for n in args.only.split(",") if n.strip()] or list(BENCHMARKS)
+    unknown = [n for n in selected if n not in names]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(names)}")
+    args.selected = list(dict.fromkeys(ALIASES.get(n, n) for n in selected))
+    if args.runs is None:
+        args.runs = 1 if args.quick else 3
+    if args.runs < 1 or args.threads < 1:
+        parser.error("--runs and --threads must be at least 1")
+    return args
+
+
+def _postgres_env() -> str | None:
+    url = os.environ.get("DATABASE_URL", "")
+    return url if url.startswith(("postgres://", "postgresql://")) else None
+
+
+def setup_django(server: Server, prefix: str) -> None:
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+    os.environ["DATABASE_URL"] = server.url(f"{prefix}_unused")  # repointed per benchmark run
+    os.environ.setdefault("PROCEDURES_LOG", "WARNING")
+    import django
+
+    django.setup()
+
+
+def versions(server: Server) -> dict[str, str]:
+    import django
+    import psycopg
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return "?"
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += " (with uncommitted changes)"
+    return {
+        "Python": platform.python_version(),
+        "Django": django.get_version(),
+        "PostgreSQL": server.version(),
+        "psycopg": f"{psycopg.__version__} (libpq {psycopg.pq.version()})",
+        "git": f"{git('rev-parse', '--abbrev-ref', 'HEAD')} {commit}",
+    }
+
+
+def machine() -> str:
+    load = "/".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"{os.cpu_count()} CPUs, load average {load}"
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def fmt(value: float, digits: int) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def table(metrics: list) -> str:
+    lines = ["| Benchmark | Measure | Median | Spread (min-max) | Runs | Target | Met |",
+             "|---|---|---:|---:|---:|---:|:---:|"]
+    for m in metrics:
+        if m.values:
+            mid = median(m.values)
+            value = f"{fmt(mid, m.digits)} {m.unit}"
+            spread = f"{fmt(min(m.values), m.digits)}-{fmt(max(m.values), m.digits)}"
+            met = ("yes" if m.meets(mid) else "**no**") if m.meets else ""
+        else:
+            value, spread, met = m.note or "—", "", ""
+        target = f"{m.target} {m.unit}" if m.target else ""
+        lines.append(f"| {m.benchmark} | {m.metric} | {value} | {spread} | {len(m.values)} | {target} | {met} |")
+    return "\n".join(lines)
+
+
+def raw_values(metrics: list) -> str:
+    return "\n".join(f"- {m.benchmark} / {m.metric}: " + ", ".join(fmt(v, max(m.digits, 1)) for v in m.values)
+                     for m in metrics if m.values)
+
+
+def entry(args: argparse.Namespace, info: dict[str, str], started: str, before: str, after: str,
+          activity: str, body: str, raw: str, elapsed: float, progress: list[str]) -> str:
+    command = "python -m benchmarks.run" + "".join(f" {shlex.quote(a)}" for a in sys.argv[1:])
+    mode = "quick (tiny sizes: figures are meaningless)" if args.quick else "full sizes"
+    return "\n".join([
+        f"## {started}: {', '.join(args.selected)}, {mode}, {args.runs} run(s)",
+        "",
+        f"- Command: `{command}`",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in info.items()),
+        f"- Machine: {before} at the start, {after} at the end; PostgreSQL on the same host "
+        f"({activity} at the start). Other work on the machine and the server makes these figures noisy.",
+        f"- Workers: real `procedures_worker` processes, {args.threads} threads each; took {elapsed / 60:.1f} min",
+        "",
+        body,
+        "",
+        "<details><summary>Per-run values and progress</summary>",
+        "",
+        raw,
+        "",
+        "```",
+        *progress,
+        "```",
+        "",
+        "</details>",
+        "",
+    ])
+
+
+def append_results(path: Path, text: str) -> None:
+    if not path.exists():
+        path.write_text("# Benchmark results\n\nAppended by `python -m benchmarks.run`, newest last. "
+                        "How to read and reproduce them: `docs/performance.md`.\n\n")
+    with open(path, "a") as f:
+        f.write(text + "\n")
+
+
+def update_docs(text: str) -> None:
+    doc = DOCS.read_text()
+    head, rest = doc.split(DOCS_START, 1)
+    _, tail = rest.split(DOCS_END, 1)
+    DOCS.write_text(f"{head}{DOCS_START}\n{text}\n{DOCS_END}{tail}")
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    server = Server.from_url(args.database_url)
+    prefix = f"bench_{os.getpid()}"
+    setup_django(server, prefix)
+    from benchmarks.suite import BENCHMARKS, FULL, QUICK, Context, Metric
+
+    log_dir = Path(tempfile.mkdtemp(prefix="procedures-bench-"))
+    databases = Databases(server, prefix)
+    progress: list[str] = []
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        progress.append(line)
+
+    ctx = Context(server=server, databases=databases, sizes=QUICK if args.quick else FULL, runs=args.runs,
+                  threads=args.threads, log_dir=log_dir, profile=args.profile, progress=say)
+    started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    info = versions(server)
+    before, activity = machine(), server.other_activity(prefix)
+    say(f"benchmarks: {', '.join(args.selected)}; {args.runs} run(s); {args.threads} threads per worker; "
+        f"{before}; {activity}")
+    t0 = time.monotonic()
+    metrics: list[Metric] = []
+    failed = False
+    try:
+        for name in args.selected:
+            say(f"{name}:")
+            try:
+                metrics += BENCHMARKS[name](ctx)
+            except Exception as error:  # report it, keep the other benchmarks' figures
+                failed = True
+                say(f"  {name} FAILED: {error}")
+                traceback.print_exc()
+                metrics.append(Metric(name, "failed: " + str(error).splitlines()[0][:100], "", note="error"))
+    finally:
+        databases.drop_all()
+    elapsed = time.monotonic() - t0
+    body = table(metrics)
+    print()
+    print(body)
+    text = entry(args, info, started, before, machine(), activity, body, raw_values(metrics), elapsed, progress)
+    append_results(args.results, text)
+    print(f"\nappended to {args.results}")
+    if args.update_docs:
+        update_docs(text)
+        print(f"updated {DOCS}")
+    if failed or args.keep_logs:
+        print(f"worker logs: {log_dir}")
+    else:
+        shutil.rmtree(log_dir, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,430 @@
+"""The benchmarks: each run gets its own fresh database and real worker processes.
+
+Every benchmark returns :class:`Metric` rows, one value per run; the runner
+turns them into the table (median and min-max over the runs).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import (
+    BenchmarkError,
+    Databases,
+    Server,
+    Workers,
+    close_connection,
+    finished_span,
+    percentile,
+    wait_until_done,
+)
+
+#: Procedures per ``submit_many`` call: one INSERT statement each, all in one transaction.
+SUBMIT_CHUNK = 1000
+
+
+@dataclass(frozen=True)
+class Sizes:
+    throughput: int = 20_000
+    steps_procedures: int = 2_000
+    pickup: int = 200
+    pickup_rate: float = 20.0
+    backlog_finished: int = 1_000_000
+    backlog_future: int = 100_000
+    backlog_drain: int = 20_000
+    tree_parents: int = 200
+    tree_children: int = 20
+    schedules: int = 10_000
+    #: Seconds an idle window lasts (the idle commit rate, the idle CPU).
+    idle_window: float = 10.0
+    #: Seconds to let started workers settle before an idle window (PostgreSQL flushes an idle
+    #: session's statistics within 10 s).
+    settle: float = 11.0
+    #: Longest wait for a drain, in seconds.
+    timeout: float = 900.0
+
+
+FULL = Sizes()
+QUICK = Sizes(throughput=40, steps_procedures=5, pickup=10, pickup_rate=20.0, backlog_finished=2_000,
+              backlog_future=500, backlog_drain=40, tree_parents=2, tree_children=3, schedules=50,
+              idle_window=0.5, settle=0.1, timeout=120.0)
+
+
+@dataclass
+class Metric:
+    """One line of the table: a figure measured once per run."""
+
+    benchmark: str
+    metric: str
+    unit: str
+    values: list[float] = field(default_factory=list)
+    target: str = ""
+    #: Whether the median meets the target (None: no target).
+    meets: Callable[[float], bool] | None = None
+    digits: int = 0
+    note: str = ""
+
+
+@dataclass
+class Context:
+    server: Server
+    databases: Databases
+    sizes: Sizes
+    runs: int
+    threads: int
+    log_dir: Path
+    profile: Path | None = None
+    progress: Callable[[str], None] = print
+    details: list[str] = field(default_factory=list)
+
+    def url(self, dbname: str) -> str:
+        return self.server.url(dbname)
+
+    def workers(self, dbname: str) -> Workers:
+        return Workers(self.url(dbname), self.log_dir, profile=self.profile, server=self.server, dbname=dbname)
+
+
+def submit(cls: Any, states: Sequence[dict[str, Any]]) -> None:
+    """Submit ``states`` with ``submit_many`` in one transaction (one commit)."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        for start in range(0, len(states), SUBMIT_CHUNK):
+            cls.submit_many(states[start:start + SUBMIT_CHUNK])
+
+
+def _now() -> Any:
+    from django.utils import timezone
+
+    return timezone.now()
+
+
+# --------------------------------------------------------------------------- 1. throughput (and 7. memory)
+
+
+@dataclass
+class Drain:
+    rate: float  # procedures/s from worker start to the last finish
+    steady: float  # procedures/s from the first claim to the last finish
+    commits: float  # commits per procedure over the workers' whole life (start-up and burst tail included)
+    rss_mb: float  # largest worker RSS after the drain
+    peak_mb: float  # largest worker peak RSS (VmHWM)
+    worker_cpu_ms: float  # worker CPU per procedure (all worker processes, start-up included)
+    db_cpu_ms: float  # PostgreSQL backend CPU per procedure (nan when not measurable)
+
+
+def drain_noops(ctx: Context, label: str, n: int, workers: int, template: str | None = None) -> Drain:
+    """Submit ``n`` no-op procedures, then time ``workers`` burst workers draining them."""
+    from benchmarks.procedures import Noop
+
+    with ctx.databases.fresh(label, template) as db:
+        since = _now()
+        submit(Noop, [{}] * n)
+        close_connection()
+        ctx.server.wait_disconnected(db)
+        before = ctx.server.xact_commit(db)
+        with ctx.workers(db) as pool:
+            started = pool.start(workers, concurrency=ctx.threads, burst=True)
+            pool.wait_exit(started, ctx.sizes.timeout)
+        ctx.server.wait_disconnected(db)
+        commits = ctx.server.xact_commit(db) - before
+        count, first, last = finished_span(since)
+        if count != n:
+            raise BenchmarkError(f"expected {n} procedures, found {count}")
+        t0 = min(w.started for w in started)
+        db_cpu = pool.database_cpu()
+        return Drain(rate=n / (last - t0), steady=n / (last - first), commits=commits / n,
+                     rss_mb=max(w.last.rss_kb for w in started) / 1024,
+                     peak_mb=max(w.last.hwm_kb for w in started) / 1024,
+                     worker_cpu_ms=pool.worker_cpu() / n * 1000,
+                     db_cpu_ms=db_cpu / n * 1000 if db_cpu is not None else float("nan"))
+
+
+def throughput(ctx: Context) -> list[Metric]:
+    n, t = ctx.sizes.throughput, ctx.threads
+    rows: dict[int, list[Drain]] = {1: [], 2: []}
+    for run in range(ctx.runs):
+        for workers in (1, 2):
+            d = drain_noops(ctx, f"throughput_{workers}w_{run}", n, workers)
+            ctx.progress(f"  throughput run {run + 1}: {workers} worker(s) x {t} threads: {d.rate:,.0f}/s "
+                         f"({d.steady:,.0f}/s from the first claim), {d.commits:.2f} commits/procedure, "
+                         f"CPU/procedure: worker {d.worker_cpu_ms:.2f} ms + PostgreSQL {d.db_cpu_ms:.2f} ms, "
+                         f"RSS {d.rss_mb:.0f} MB (peak {d.peak_mb:.0f} MB)")
+            rows[workers].append(d)
+    one, two = rows[1], rows[2]
+    return [
+        Metric("1 throughput", f"{n:,} no-op procedures, 1 worker x {t} threads", "procedures/s",
+               [d.rate for d in one], "≥ 1,500", lambda v: v >= 1500),
+        Metric("1 throughput", "same, from the first claim (start-up excluded)", "procedures/s",
+               [d.steady for d in one]),
+        Metric("1 throughput", f"{n:,} no-op procedures, 2 workers x {t} threads", "procedures/s",
+               [d.rate for d in two], "≥ 2,500", lambda v: v >= 2500),
+        Metric("1 throughput", "same, from the first claim (start-up excluded)", "procedures/s",
+               [d.steady for d in two]),
+        Metric("1 throughput", "commits per single-step procedure (2 workers, whole worker life)", "commits",
+               [d.commits for d in two], "≤ 1.2", lambda v: v <= 1.2, digits=2),
+        Metric("1 throughput", "CPU per procedure, worker processes (2 workers)", "ms",
+               [d.worker_cpu_ms for d in two], digits=2),
+        Metric("1 throughput", "CPU per procedure, PostgreSQL backends (2 workers)", "ms",
+               [d.db_cpu_ms for d in two if d.db_cpu_ms == d.db_cpu_ms], digits=2),
+        Metric("1 throughput", "capacity of 2 idle cores at that CPU cost: 2000 / (worker + PostgreSQL ms)",
+               "procedures/s", [2000 / (d.worker_cpu_ms + d.db_cpu_ms) for d in two if d.db_cpu_ms == d.db_cpu_ms]),
+        Metric("7 memory", f"worker RSS after the throughput drain (1 worker x {t} threads)", "MB",
+               [d.rss_mb for d in one], "≤ 120", lambda v: v <= 120),
+        Metric("7 memory", f"worker peak RSS during the drain (2 workers x {t} threads, largest)", "MB",
+               [d.peak_mb for d in two], "≤ 120", lambda v: v <= 120),
+    ]
+
+
+# --------------------------------------------------------------------------- 2. steps
+
+
+def steps(ctx: Context) -> list[Metric]:
+    from django.db import connection
+
+    from benchmarks.procedures import TenSteps
+
+    n, t = ctx.sizes.steps_procedures, ctx.threads
+    total = n * len(TenSteps.steps)
+    rates, per_step, idle_rates = [], [], []
+    for run in range(ctx.runs):
+        with ctx.databases.fresh(f"steps_{run}") as db, ctx.workers(db) as pool:
+            connection.ensure_connection()  # its set-up is not part of the counted windows
+            pool.start(2, concurrency=t, burst=False)
+            pool.wait_idle(ctx.server, db, 2)
+            time.sleep(ctx.sizes.settle)
+            a, ta = ctx.server.xact_commit(db), time.monotonic()
+            time.sleep(ctx.sizes.idle_window)
+            b, tb = ctx.server.xact_commit(db), time.monotonic()
+            idle_rate = (b - a) / (tb - ta)
+            since = _now()
+            submit(TenSteps, [{}] * n)  # one commit
+            t_submit = time.time()
+            polls = wait_until_done(n, timeout=ctx.sizes.timeout, workers=pool)
+            pool.stop_all()
+            tc = time.monotonic()
+            close_connection()
+            ctx.server.wait_disconnected(db)
+            c = ctx.server.xact_commit(db)
+            drain = (c - b) - 1 - polls - idle_rate * (tc - tb)
+            count, _first, last = finished_span(since)
+            if count != n:
+                raise BenchmarkError(f"expected {n} procedures, found {count}")
+        rates.append(total / (last - t_submit))
+        per_step.append(drain / total)
+        idle_rates.append(idle_rate)
+        ctx.progress(f"  steps run {run + 1}: {rates[-1]:,.0f} steps/s, {per_step[-1]:.3f} commits/step "
+                     f"(counted {c - b:,}, minus the submit, {polls} polls and {idle_rate:.2f}/s idle "
+                     f"over {tc - tb:.1f}s)")
+    return [
+        Metric("2 steps", f"{n:,} procedures x 10 steps, 2 idle workers x {t} threads", "steps/s", rates),
+        Metric("2 steps", "commits per step (drain only, idle rate subtracted)", "commits", per_step,
+               "≤ 1.1", lambda v: v <= 1.1, digits=3),
+        Metric("2 steps", "idle commit rate of 2 workers before the drain", "commits/s", idle_rates, digits=2),
+    ]
+
+
+# --------------------------------------------------------------------------- 3. pickup latency
+
+
+def pickup(ctx: Context) -> list[Metric]:
+    from django.db import connection, transaction
+
+    from benchmarks.procedures import Stamp
+    from django_procedures.models import ProcedureRun
+
+    n, rate, t = ctx.sizes.pickup, ctx.sizes.pickup_rate, ctx.threads
+    p50, p95, p99, cpu = [], [], [], []
+    for run in range(ctx.runs):
+        with ctx.databases.fresh(f"pickup_{run}") as db, ctx.workers(db) as pool:
+            connection.ensure_connection()
+            started = pool.start(2, concurrency=t, burst=False)
+            pool.wait_idle(ctx.server, db, 2)
+            time.sleep(ctx.sizes.settle)
+            cpu0, t0 = [w.cpu_seconds() for w in started], time.monotonic()
+            time.sleep(ctx.sizes.idle_window)
+            cpu1, t1 = [w.cpu_seconds() for w in started], time.monotonic()
+            cpu.append(max(b - a for a, b in zip(cpu0, cpu1, strict=True)) / (t1 - t0) * 100)
+            committed: dict[Any, float] = {}
+            begin = time.monotonic()
+            for i in range(n):
+                delay = begin + i / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                with transaction.atomic():
+                    handle = Stamp.submit({"i": i})
+                committed[handle.id] = time.time()
+            wait_until_done(n, timeout=ctx.sizes.timeout, workers=pool)
+            outputs = dict(ProcedureRun.objects.filter(type_name=Stamp.type_name).values_list("id", "output"))
+        latencies = [(outputs[pid]["started"] - at) * 1000 for pid, at in committed.items()]
+        p50.append(percentile(latencies, 50))
+        p95.append(percentile(latencies, 95))
+        p99.append(percentile(latencies, 99))
+        ctx.progress(f"  pickup run {run + 1}: p50 {p50[-1]:.1f} ms, p95 {p95[-1]:.1f} ms, p99 {p99[-1]:.1f} ms, "
+                     f"max {max(latencies):.1f} ms; idle worker CPU {cpu[-1]:.2f}% of a core")
+    what = f"{n} submitted one at a time at {rate:g}/s, 2 idle workers x {t} threads"
+    return [
+        Metric("3 pickup", f"p50 (step start - submit commit), {what}", "ms", p50, "≤ 4", lambda v: v <= 4,
+               digits=1),
+        Metric("3 pickup", "p95", "ms", p95, digits=1),
+        Metric("3 pickup", "p99", "ms", p99, "≤ 10", lambda v: v <= 10, digits=1),
+        Metric("3 pickup", f"idle worker CPU over {ctx.sizes.idle_window:g}s (busier of the two)",
+               "% of a core", cpu, "< 1", lambda v: v < 1, digits=2),
+    ]
+
+
+# --------------------------------------------------------------------------- 4. backlog
+
+
+def seed_backlog(finished: int, future: int) -> None:
+    """``finished`` done procedures (each with its Step and Lease row) and ``future`` ready ones due later."""
+    from django.db import connection
+
+    from benchmarks.procedures import Noop
+    from django_procedures.models import Lease, ProcedureRun, Step
+
+    insert_rows(ProcedureRun, {
+        "id": "gen_random_uuid()", "type_name": "%(type)s", "status": "'done'", "step": "1", "step_name": "''",
+        "lease_token": "1", "output": "NULL", "run_at": "s.at", "created_at": "s.at", "started_at": "s.at",
+        "finished_at": "s.at + interval '5 milliseconds'", "step_started_at": "s.at",
+    }, source="(SELECT now() - interval '1 day' - random() * interval '60 days' AS at "
+              "FROM generate_series(1, %(n)s)) AS s", n=finished, type=Noop.type_name)
+    insert_rows(ProcedureRun, {
+        "id": "gen_random_uuid()", "type_name": "%(type)s", "status": "'ready'", "step_name": "'run'",
+        "run_at": "now() + interval '1 day' + random() * interval '30 days'", "created_at": "now() - interval '1 hour'",
+    }, source="generate_series(1, %(n)s) AS g", n=future, type=Noop.type_name)
+    run = ProcedureRun._meta.db_table
+    insert_rows(Step, {
+        "procedure_id": "r.id", "index": "0", "name": "'run'", "attempt": "1", "status": "'done'",
+        "lease_token": "1", "started_at": "r.started_at", "finished_at": "r.finished_at", "error": "''",
+        "state": "'{}'::jsonb"}, source=f"{run} AS r WHERE r.status = 'done'")
+    insert_rows(Lease, {
+        "procedure_id": "r.id", "token": "1", "worker": "'seed'", "claimed_at": "r.started_at",
+        "expires_at": "r.started_at + interval '30 seconds'", "released_at": "r.finished_at",
+        "outcome": "'completed'"}, source=f"{run} AS r WHERE r.status = 'done'")
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")
+
+
+def insert_rows(model: Any, exprs: dict[str, str], *, source: str, **params: Any) -> None:
+    """``INSERT INTO <model's table> SELECT … FROM <source>``: ``exprs`` per column, the field's default otherwise.
+
+    A column with neither an expression nor a default (nor NULL allowed) is an
+    error naming it, so a column added later shows up here, not as a bad seed.
+    """
+    from django.db import connection
+    from django.db.models import NOT_PROVIDED
+
+    columns, values = [], []
+    for f in model._meta.concrete_fields:
+        if f.primary_key and f.get_internal_type().endswith("AutoField"):
+            continue  # the sequence numbers it
+        columns.append(connection.ops.quote_name(f.column))
+        if f.column in exprs:
+            values.append(exprs[f.column])
+        elif f.default is not NOT_PROVIDED or (f.empty_strings_allowed and not f.null):  # e.g. a blank text
+            key = f"default_{f.column}"
+            params[key] = f.get_db_prep_save(f.get_default(), connection)
+            values.append(f"%({key})s")
+        elif f.null:
+            values.append("NULL")
+        else:
+            raise BenchmarkError(f"seeding {model.__name__}: no value for the column {f.column!r}; "
+                                 "add it to the benchmark's seed expressions")
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {model._meta.db_table} ({', '.join(columns)}) "
+                       f"SELECT {', '.join(values)} FROM {source}", params)
+
+
+def backlog(ctx: Context) -> list[Metric]:
+    s = ctx.sizes
+    ctx.progress(f"  seeding {s.backlog_finished:,} finished and {s.backlog_future:,} future-dated ready "
+                 "procedures (once; each run copies the seeded database)")
+    t = time.monotonic()
+    seeded = ctx.databases.template("backlog", lambda: seed_backlog(s.backlog_finished, s.backlog_future))
+    ctx.progress(f"  seeded in {time.monotonic() - t:.0f}s")
+    empty, full, ratio = [], [], []
+    for run in range(ctx.runs):
+        e = drain_noops(ctx, f"backlog_empty_{run}", s.backlog_drain, 2)
+        f = drain_noops(ctx, f"backlog_full_{run}", s.backlog_drain, 2, template=seeded)
+        empty.append(e.rate)
+        full.append(f.rate)
+        ratio.append(f.rate / e.rate * 100)
+        ctx.progress(f"  backlog run {run + 1}: empty table {e.rate:,.0f}/s, with backlog {f.rate:,.0f}/s "
+                     f"({ratio[-1]:.0f}%)")
+    what = f"{s.backlog_drain:,} no-op procedures, 2 workers x {ctx.threads} threads"
+    return [
+        Metric("4 backlog", f"{what}, empty table", "procedures/s", empty),
+        Metric("4 backlog", f"same, beside {s.backlog_finished:,} finished and {s.backlog_future:,} future ready",
+               "procedures/s", full),
+        Metric("4 backlog", "backlog / empty (paired runs)", "%", ratio, "≥ 85", lambda v: v >= 85),
+    ]
+
+
+# --------------------------------------------------------------------------- 5. trees
+
+
+def trees(ctx: Context) -> list[Metric]:
+    from benchmarks.procedures import TreeParent
+
+    parents, children = ctx.sizes.tree_parents, ctx.sizes.tree_children
+    total = parents * (children + 1)
+    rates = []
+    for run in range(ctx.runs):
+        with ctx.databases.fresh(f"trees_{run}") as db:
+            since = _now()
+            submit(TreeParent, [{"fanout": children}] * parents)
+            close_connection()
+            with ctx.workers(db) as pool:
+                started = pool.start(2, concurrency=ctx.threads, burst=True)
+                pool.wait_exit(started, ctx.sizes.timeout)
+            count, _first, last = finished_span(since)
+            if count != total:
+                raise BenchmarkError(f"expected {total} procedures, found {count}")
+            rates.append(total / (last - min(w.started for w in started)))
+        ctx.progress(f"  trees run {run + 1}: {rates[-1]:,.0f} procedures/s")
+    return [Metric("5 trees", f"{parents} parents x {children} children ({total:,} procedures), "
+                   f"2 workers x {ctx.threads} threads", "procedures/s", rates)]
+
+
+# --------------------------------------------------------------------------- 6. schedules
+
+
+def schedules(ctx: Context) -> list[Metric]:
+    from django_procedures import models
+
+    n = ctx.sizes.schedules
+    label = f"one tick pass over {n:,} due schedules"
+    if not hasattr(models, "Schedule"):
+        ctx.progress("  schedules: not available yet (django_procedures.models has no Schedule; issue 4)")
+        return [Metric("6 schedules", label, "s", [], "≤ 2", note="not available yet")]
+    import django_procedures
+    from benchmarks.procedures import Noop
+
+    seconds = []
+    for run in range(ctx.runs):
+        with ctx.databases.fresh(f"schedules_{run}"):
+            for i in range(n):
+                django_procedures.register_schedule(f"bench-{i}", Noop, mode="fixed_rate", period=timedelta(hours=1))
+            t = time.perf_counter()
+            django_procedures.tick()
+            seconds.append(time.perf_counter() - t)
+        ctx.progress(f"  schedules run {run + 1}: {seconds[-1]:.2f}s")
+    return [Metric("6 schedules", label, "s", seconds, "≤ 2", lambda v: v <= 2, digits=2)]
+
+
+BENCHMARKS: dict[str, Callable[[Context], list[Metric]]] = {
+    "throughput": throughput,
+    "steps": steps,
+    "pickup": pickup,
+    "backlog": backlog,
+    "trees": trees,
+    "schedules": schedules,
+}
+#: ``--only memory`` runs the throughput benchmark, whose workers it measures.
+ALIASES = {"memory": "throughput"}
