@@ -295,7 +295,16 @@ _STAT = {Outcome.COMPLETED: "succeeded", Outcome.SUSPENDED: "suspended", Outcome
 
 
 def _configure_connection(sender: Any = None, *, connection: Any, idle_timeout: float, **kwargs: Any) -> None:
-    """Worker connections cut a transaction left idle too long, so a frozen worker cannot hold rows for ever."""
+    """Worker connections cut a transaction left idle too long, so a frozen worker cannot hold rows for ever.
+
+    They are also kept open: Django's default ``CONN_MAX_AGE = 0`` means "one
+    connection per request", and a worker has no requests, so its main loop
+    would otherwise reconnect on every pass (``close_old_connections``). A
+    broken connection is still closed and replaced; a positive ``CONN_MAX_AGE``
+    is still obeyed.
+    """
+    if connection.settings_dict.get("CONN_MAX_AGE") == 0:
+        connection.close_at = None
     if connection.vendor != "postgresql":
         return
     timeout_ms = int(idle_timeout * 1000)
