@@ -9,3 +9,6 @@ from testproject.settings import *  # noqa: F403
 from testproject.settings import INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "benchmarks"]
+
+# Workers in production run without DEBUG (which records every query on every connection).
+DEBUG = False

@@ -239,7 +239,7 @@ def pickup(ctx: Context) -> list[Metric]:
     from django_procedures.models import ProcedureRun
 
     n, rate, t = ctx.sizes.pickup, ctx.sizes.pickup_rate, ctx.threads
-    p50, p95, p99, cpu = [], [], [], []
+    p50, p95, p99, cpu, wake, handoff = [], [], [], [], [], []
     for run in range(ctx.runs):
         with ctx.databases.fresh(f"pickup_{run}") as db, ctx.workers(db) as pool:
             connection.ensure_connection()
@@ -260,19 +260,28 @@ def pickup(ctx: Context) -> list[Metric]:
                     handle = Stamp.submit({"i": i})
                 committed[handle.id] = time.time()
             wait_until_done(n, timeout=ctx.sizes.timeout, workers=pool)
-            outputs = dict(ProcedureRun.objects.filter(type_name=Stamp.type_name).values_list("id", "output"))
-        latencies = [(outputs[pid]["started"] - at) * 1000 for pid, at in committed.items()]
+            rows = ProcedureRun.objects.filter(type_name=Stamp.type_name).values_list("id", "output", "started_at")
+            outputs = {pid: (output["started"], claimed.timestamp()) for pid, output, claimed in rows}
+        latencies = [(outputs[pid][0] - at) * 1000 for pid, at in committed.items()]
+        # started_at is the worker's clock just before its claim transaction: where the time goes.
+        wake.append(percentile([(outputs[pid][1] - at) * 1000 for pid, at in committed.items()], 50))
+        handoff.append(percentile([(step - claimed) * 1000 for step, claimed in outputs.values()], 50))
         p50.append(percentile(latencies, 50))
         p95.append(percentile(latencies, 95))
         p99.append(percentile(latencies, 99))
         ctx.progress(f"  pickup run {run + 1}: p50 {p50[-1]:.1f} ms, p95 {p95[-1]:.1f} ms, p99 {p99[-1]:.1f} ms, "
-                     f"max {max(latencies):.1f} ms; idle worker CPU {cpu[-1]:.2f}% of a core")
+                     f"max {max(latencies):.1f} ms (p50 {wake[-1]:.1f} ms to wake and start claiming, "
+                     f"{handoff[-1]:.1f} ms to claim and hand over); idle worker CPU {cpu[-1]:.2f}% of a core")
     what = f"{n} submitted one at a time at {rate:g}/s, 2 idle workers x {t} threads"
     return [
         Metric("3 pickup", f"p50 (step start - submit commit), {what}", "ms", p50, "≤ 4", lambda v: v <= 4,
                digits=1),
         Metric("3 pickup", "p95", "ms", p95, digits=1),
         Metric("3 pickup", "p99", "ms", p99, "≤ 10", lambda v: v <= 10, digits=1),
+        Metric("3 pickup", "p50 of its first part: submit commit -> the worker starts its claim", "ms", wake,
+               digits=1),
+        Metric("3 pickup", "p50 of its second part: claim transaction and hand-over -> step starts", "ms", handoff,
+               digits=1),
         Metric("3 pickup", f"idle worker CPU over {ctx.sizes.idle_window:g}s (busier of the two)",
                "% of a core", cpu, "< 1", lambda v: v < 1, digits=2),
     ]
