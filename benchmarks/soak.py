@@ -24,7 +24,8 @@ What it does:
    itself (``pg_ctl restart -m fast``), and once it terminates every worker connection
    (``pg_terminate_backend``). A worker that exits on its own is a finding, and is restarted.
 4. Waits (bounded) until every procedure is final, stops the workers with SIGTERM, checks the
-   invariants below from the database, prints them as a table, and exits 1 on any breach.
+   invariants (see docs/guarantees.md) from the database, prints them as a table, and exits 1 on
+   any breach.
 
 The lost-attempt budget: every fault loses at most the attempts in flight on one worker, and a
 procedure's steps are short, so one step is almost never in flight at two faults; the default

@@ -110,6 +110,8 @@ def cancel_subtree(procedure_id: uuid.UUID, reason: str, *, include_self: bool =
     ProcedureRun.objects.filter(id__in=ids).update(
         status=RunStatus.CANCELLED, lease_token=F("lease_token") + 1, lease_owner="", lease_expires_at=None,
         in_unsafe_step=False, waiting_for_keys=False, pending_children=0, finished_at=clock.now(), error=reason)
+    if not include_self:  # its descendants are all final now: it waits for none of them any more
+        ProcedureRun.objects.filter(id=procedure_id).update(pending_children=0)
     locks.release(ids)
     for pid, type_name in unfinished:
         send_after_commit(signals.procedure_cancelled, procedure_id=pid, type_name=type_name)
