@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Case, Count, F, Min, Q, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -17,7 +17,7 @@ from django.utils import timezone
 from django_procedures import clock, signals
 from django_procedures.models import Lease, ProcedureRun
 from django_procedures.policy.status import CLAIMABLE, RunStatus
-from django_procedures.store.db import db_now_plus, is_postgresql
+from django_procedures.store.db import bound_cursor, db_now_plus, is_postgresql, text_array
 from django_procedures.store.events import send_after_commit
 
 
@@ -51,7 +51,7 @@ _FIELDS = ["id", "type_name", "state", "step", "step_name", "attempt", "failures
 # Due rows that need no lock key decision: no keys, or keys already held from an earlier claim.
 _PG_DUE = """
     SELECT id FROM {run}
-    WHERE status IN ('ready', 'retrying') AND run_at <= %(now)s AND type_name = ANY(%(types)s) {queue_filter}
+    WHERE status IN ('ready', 'retrying') AND run_at <= %(now)s AND type_name = ANY(%(types)s::text[]) {queue_filter}
       AND NOT waiting_for_keys AND (keys_held OR lock_keys = '[]'::jsonb)
     ORDER BY priority DESC, run_at
     LIMIT %(limit)s
@@ -113,9 +113,9 @@ def _lease_due(worker: str, type_names: Sequence[str], queues: Sequence[str] | N
                lease_seconds: float, now: datetime) -> list[Claim]:
     if is_postgresql():
         picked = _PG_DUE.format(run=ProcedureRun._meta.db_table,
-                                queue_filter="AND queue = ANY(%(queues)s)" if queues else "")
-        return _run_pg(picked, worker, lease_seconds, now, types=list(type_names), queues=list(queues or ()),
-                       limit=limit)
+                                queue_filter="AND queue = ANY(%(queues)s::text[])" if queues else "")
+        return _run_pg(picked, worker, lease_seconds, now, types=text_array(type_names),
+                       queues=text_array(queues or ()), limit=limit)
     due = ProcedureRun.objects.claimable(now).filter(type_name__in=type_names, waiting_for_keys=False).filter(
         Q(keys_held=True) | Q(lock_keys=[]))
     if queues:
@@ -146,7 +146,7 @@ def _lease(worker: str, ids: list[uuid.UUID], lease_seconds: float, now: datetim
 def _run_pg(picked: str, worker: str, lease_seconds: float, now: datetime, **params: Any) -> list[Claim]:
     sql = _PG_CLAIM.format(picked=picked, run=ProcedureRun._meta.db_table,
                            lease=Lease._meta.db_table, fields=", ".join(_FIELDS))
-    with connection.cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(sql, {"now": now, "worker": worker, "lease": float(lease_seconds), **params})
         rows = cursor.fetchall()
     claims = []

@@ -14,12 +14,12 @@ from django.db.models import F
 from django_procedures import clock, signals
 from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost
-from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.models import ProcedureRun, Step
 from django_procedures.policy.retry import FailDecision, RetryDecision
 from django_procedures.policy.status import LEASED, LeaseOutcome, RunStatus, StepStatus
-from django_procedures.store import finals, tree
+from django_procedures.store import advance, finals, tree
+from django_procedures.store.advance import close_lease
 from django_procedures.store.claim import Claim
-from django_procedures.store.db import db_now
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
 from django_procedures.store.submit import Parent, build_row, insert
@@ -51,7 +51,11 @@ def fenced_update(claim: Claim, *, at_step: int | None = None, **fields: Any) ->
     if at_step is not None:
         rows = rows.filter(step=at_step)
     if not rows.update(**fields):
-        raise LeaseLost(f"procedure {claim.id} is no longer held by lease token {claim.lease_token}")
+        raise _lost(claim)
+
+
+def _lost(claim: Claim) -> LeaseLost:
+    return LeaseLost(f"procedure {claim.id} is no longer held by lease token {claim.lease_token}")
 
 
 @contextmanager
@@ -100,27 +104,11 @@ def reload(claim: Claim) -> Reloaded:
     return Reloaded(held=True, in_unsafe_step=row["in_unsafe_step"])
 
 
-def close_lease(procedure_id: Any, token: int, outcome: LeaseOutcome) -> None:
-    Lease.objects.filter(procedure_id=procedure_id, token=token, released_at__isnull=True).update(
-        released_at=db_now(), outcome=outcome
-    )
-
-
 def _truncate(text: str, limit: int, keep_tail: bool = False) -> str:
     if len(text) <= limit:
         return text
     marker = "…[truncated]…"
     return marker + text[-(limit - len(marker)):] if keep_tail else text[: limit - len(marker)] + marker
-
-
-def _done_rows(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any]) -> list[Step]:
-    last = len(records) - 1
-    return [
-        Step(procedure_id=claim.id, index=r.index, name=r.name, attempt=r.attempt, status=StepStatus.DONE,
-             lease_token=claim.lease_token, started_at=r.started_at, finished_at=r.finished_at,
-             state=state if i == last else None)
-        for i, r in enumerate(records)
-    ]
 
 
 def _committed(claim: Claim, records: Sequence[StepRecord]) -> None:
@@ -144,13 +132,12 @@ def _finish(claim: Claim, *, failed: bool) -> None:
 def checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str) -> None:
     """Commit ``records`` and ``state``; the next step to run is ``next_step``.
 
-    Inside an atomic step this runs as the last statements of the step's own
+    Inside an atomic step this runs as the last statement of the step's own
     transaction, so the step's writes and its checkpoint commit together.
     """
     with _transaction():
-        fenced_update(claim, state=state, step=records[-1].index + 1, step_name=next_step,
-                      step_started_at=clock.now(), attempt=1, failures=0, lost=0, in_unsafe_step=False)
-        Step.objects.bulk_create(_done_rows(claim, records, state))
+        if not advance.checkpoint(claim, records, state, next_step):
+            raise _lost(claim)
     _committed(claim, records)
     claim.state, claim.step, claim.step_name = state, records[-1].index + 1, next_step
     claim.attempt, claim.failures, claim.lost = 1, 0, 0
@@ -158,14 +145,10 @@ def checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any
 
 def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], output: Any) -> None:
     """Commit the last steps and finish the procedure ``done`` with ``output``."""
-    step = records[-1].index + 1 if records else claim.step
     with _transaction():
         _lock_for_final(claim)
-        fenced_update(claim, status=RunStatus.DONE, state=state, step=step, step_name="", output=output,
-                      finished_at=clock.now(), error="", traceback="", **_LEASE_CLEARED)
-        if records:
-            Step.objects.bulk_create(_done_rows(claim, records, state))
-        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+        if not advance.complete(claim, records, state, output):
+            raise _lost(claim)
         _finish(claim, failed=False)
     _committed(claim, records)
     send_after_commit(signals.procedure_done, procedure_id=claim.id, type_name=claim.type_name)
@@ -199,7 +182,7 @@ def suspend(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], 
         fenced_update(claim, status=RunStatus.WAITING, state=state, step=records[-1].index + 1, step_name=next_step,
                       attempt=1, failures=0, lost=0, pending_children=len(rows), suspension=suspension,
                       **_LEASE_CLEARED)
-        Step.objects.bulk_create(_done_rows(claim, records, state))
+        Step.objects.bulk_create(advance.done_rows(claim, records, state))
         insert(list(rows))
         close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
     _committed(claim, records)
@@ -221,7 +204,7 @@ def wait_or_continue(claim: Claim) -> str:
                    .filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED)
                    .values_list("pending_children", flat=True).first())
         if pending is None:
-            raise LeaseLost(f"procedure {claim.id} is no longer held by lease token {claim.lease_token}")
+            raise _lost(claim)
         if not pending:
             return "continue"
         if tree.unhandled_failures(claim.id, claim.suspension):

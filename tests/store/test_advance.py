@@ -1,0 +1,76 @@
+"""Checkpoints and completions in one statement: fenced, with their Step rows and lease close, or nothing."""
+
+import pytest
+from django.db.models import F
+
+from django_procedures.exceptions import LeaseLost
+from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.store import fence
+from django_procedures.store.claim import claim
+from django_procedures.store.db import text_array
+from testproject.testapp.procedures import ThreeSteps
+
+pytestmark = pytest.mark.django_db
+
+
+def claimed():
+    ThreeSteps.submit()
+    (c,) = claim("test-worker", type_names=[ThreeSteps.type_name], limit=1, lease_seconds=30)
+    return c
+
+
+def records(c, *names):
+    from django_procedures import clock
+
+    now = clock.now()
+    return [fence.StepRecord(c.step + i, name, 1, now, now) for i, name in enumerate(names)]
+
+
+def steal(c):
+    ProcedureRun.objects.filter(id=c.id).update(lease_token=F("lease_token") + 1)
+
+
+def test_a_checkpoint_commits_the_state_and_one_step_row():
+    c = claimed()
+    fence.checkpoint(c, records(c, "fetch"), {"n": 1}, "transform")
+    run = ProcedureRun.objects.get(id=c.id)
+    assert (run.status, run.step, run.step_name, run.state) == ("running", 1, "transform", {"n": 1})
+    assert list(Step.objects.filter(procedure_id=c.id).values_list("index", "name", "status", "state")) == [
+        (0, "fetch", "done", {"n": 1})]
+    assert Lease.objects.get(procedure_id=c.id).released_at is None  # still held
+
+
+def test_a_completion_of_several_steps_writes_each_and_the_state_on_the_last():
+    c = claimed()
+    fence.complete(c, records(c, "fetch", "transform", "load"), {"n": 3}, {"out": "x"})
+    run = ProcedureRun.objects.get(id=c.id)
+    assert (run.status, run.step, run.step_name, run.output, run.lease_owner) == ("done", 3, "", {"out": "x"}, "")
+    assert list(Step.objects.filter(procedure_id=c.id).order_by("index").values_list("index", "name", "state")) == [
+        (0, "fetch", None), (1, "transform", None), (2, "load", {"n": 3})]
+    lease = Lease.objects.get(procedure_id=c.id)
+    assert lease.outcome == "completed" and lease.released_at is not None
+
+
+@pytest.mark.parametrize("write", ["checkpoint", "complete"])
+def test_a_write_that_lost_its_lease_changes_nothing(write):
+    c = claimed()
+    steal(c)
+    with pytest.raises(LeaseLost):
+        if write == "checkpoint":
+            fence.checkpoint(c, records(c, "fetch"), {"late": True}, "transform")
+        else:
+            fence.complete(c, records(c, "fetch"), {"late": True}, None)
+    run = ProcedureRun.objects.get(id=c.id)
+    assert (run.status, run.step, run.state) == ("running", 0, {})
+    assert not Step.objects.filter(procedure_id=c.id).exists()
+    assert Lease.objects.get(procedure_id=c.id).released_at is None  # the new holder's business
+
+
+@pytest.mark.postgres
+def test_text_array_survives_any_characters():
+    from django.db import connection
+
+    values = ["app.Type", 'quo"te', "back\\slash", "com,ma", "{braces}", " spaced ", "", "NULL"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::text[]", [text_array(values)])
+        assert cursor.fetchone()[0] == values
