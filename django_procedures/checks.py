@@ -56,6 +56,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     if concurrency is not None and (not isinstance(concurrency, int) or concurrency < 1):
         errors.append(Error(f"PROCEDURES['CONCURRENCY'] must be a positive integer or None; got {concurrency!r}",
                             id="django_procedures.E006"))
+    prefetch = conf.PREFETCH
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+        errors.append(Error(f"PROCEDURES['PREFETCH'] must be an integer of at least 0; got {prefetch!r}",
+                            hint="0 claims only for idle threads; the default is 32.", id="django_procedures.E011"))
     for name in ("MAX_ERROR_LENGTH", "MAX_TRACEBACK_LENGTH"):
         if not isinstance(getattr(conf, name), int) or getattr(conf, name) < 100:
             errors.append(Error(f"PROCEDURES[{name!r}] must be an integer of at least 100",

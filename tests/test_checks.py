@@ -78,3 +78,16 @@ def test_redact_must_be_a_list_of_keys():
 @override_settings(PROCEDURES={"REDACT": ["password", "api_key"]})
 def test_redact_accepts_a_list_of_keys():
     assert [e for e in check_settings() if e.level >= 40] == []
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "8", True])
+def test_prefetch_must_be_a_whole_number_of_at_least_zero(value):
+    with override_settings(PROCEDURES={"PREFETCH": value}):
+        (error,) = check_settings()
+    assert error.id == "django_procedures.E011" and "PREFETCH" in error.msg
+
+
+@pytest.mark.parametrize("value", [0, 1, 64])
+def test_prefetch_accepts_zero_and_up(value):
+    with override_settings(PROCEDURES={"PREFETCH": value}):
+        assert [e for e in check_settings() if e.level >= 40] == []

@@ -21,6 +21,7 @@ from django.db.backends.signals import connection_created
 from django_procedures import clock, registry
 from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost
+from django_procedures.policy.prefetch import Prefetch, to_claim
 from django_procedures.policy.retry import FailDecision
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute
 from django_procedures.runtime.heartbeat import Heartbeat
@@ -63,7 +64,10 @@ class Worker:
         # Held claims by fencing token: a timed-out step's thread may still be busy with an old token
         # of a procedure this worker claimed again.
         self.running: dict[tuple[uuid.UUID, int], RunningClaim] = {}
-        self.busy = 0  # executor threads at work (not claims: an abandoned step still occupies its thread)
+        # Claims held: running, or waiting for a thread (prefetched). An abandoned step still counts until
+        # its thread returns.
+        self.busy = 0
+        self.prefetch = Prefetch(limit=int(conf.PREFETCH))
         self._lock = threading.Lock()
         self._work: queue.SimpleQueue[RunningClaim | None] = queue.SimpleQueue()
         self._stopping = threading.Event()
@@ -136,11 +140,13 @@ class Worker:
                 for chore in chores:
                     chore.run_if_due()
                 next_chore = min(chore.next_at for chore in chores)
-                free = self.options.concurrency - self.busy
-                if free <= 0:  # every thread is busy: sleep until one finishes (it wakes us)
+                threads = self.options.concurrency
+                with self._lock:
+                    wanted = to_claim(self.busy, threads, self.prefetch.ahead(threads))
+                if wanted <= 0:  # enough in hand: sleep until a procedure finishes (it wakes us)
                     self.waker.wait(max(0.0, next_chore - time.monotonic()))
                     continue
-                if self._claim(free):
+                if self._claim(wanted):
                     backoff = 0.0
                     continue
                 due = next_due(type_names=self.types, queues=self.options.queues)
@@ -162,8 +168,8 @@ class Worker:
                 backoff = min(max(backoff * 2, 0.2), 10.0)
                 self._stopping.wait(backoff)
 
-    def _claim(self, free: int) -> int:
-        claims = claim(self.id, type_names=self.types, queues=self.options.queues, limit=free,
+    def _claim(self, wanted: int) -> int:
+        claims = claim(self.id, type_names=self.types, queues=self.options.queues, limit=wanted,
                        lease_seconds=self.options.lease_seconds)
         watch.restored()
         for c in claims:
@@ -196,6 +202,7 @@ class Worker:
                 running = self._work.get()
                 if running is None:
                     return
+                started = time.monotonic()
                 try:
                     outcome = execute(running)
                 except Exception:
@@ -207,7 +214,11 @@ class Worker:
                 with self._lock:
                     self.running.pop((running.claim.id, running.claim.lease_token), None)
                     self.busy -= 1
-                self.waker.wake()
+                    self.prefetch.observe(time.monotonic() - started)
+                    threads = self.options.concurrency
+                    wanted = to_claim(self.busy, threads, self.prefetch.ahead(threads))
+                if wanted:  # the main thread claims only then: waking it for less is wasted work
+                    self.waker.wake()
         finally:
             connection.close()
 

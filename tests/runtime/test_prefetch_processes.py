@@ -1,0 +1,64 @@
+"""Claiming ahead of the threads, with real workers: short procedures are claimed in batches, and a
+stopping worker gives back the ones it had not started."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from django.db.models import Count
+
+from django_procedures.models import Lease, ProcedureRun, Step
+from testproject.testapp.procedures import ThreeSteps
+from tests.runtime.processes import Workers, wait_for
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def workers(transactional_db, tmp_path):
+    pool = Workers(tmp_path)
+    yield pool
+    pool.close()
+    print(pool.describe())
+
+
+def held_by(worker) -> int:
+    return ProcedureRun.objects.filter(status="running", lease_owner=worker.worker_id).count()
+
+
+def test_a_worker_holds_short_procedures_beyond_its_threads_and_gives_back_the_unstarted_on_sigterm(workers):
+    n = 3000
+    ThreeSteps.submit_many([{} for _ in range(n)])
+    w = workers.start("--concurrency", "2", lease_seconds=600)  # far past the test: nothing is left to expire
+    wait_for(lambda: held_by(w) > 2, timeout=60, workers=workers, interval=0.01,
+             what="the worker to hold more procedures than its 2 threads")
+
+    w.signal(signal.SIGTERM)
+    assert w.wait(15) == 0
+
+    statuses = dict(ProcedureRun.objects.values_list("status").annotate(n=Count("id")))
+    assert set(statuses) <= {"done", "ready"} and statuses.get("ready", 0) > 0, statuses
+    assert not Lease.objects.filter(released_at__isnull=True).exists()
+    outcomes = dict(Lease.objects.values_list("outcome").annotate(n=Count("id")))
+    assert outcomes.get("released", 0) >= 1, outcomes  # the prefetched ones went back at once
+    per_step = Step.objects.values("procedure_id", "index").annotate(n=Count("id"))
+    assert not per_step.filter(n__gt=1).exists()  # nothing committed twice
+
+    b = workers.start("--burst", "--concurrency", "4", lease_seconds=600)
+    assert b.wait(120) == 0
+    assert dict(ProcedureRun.objects.values_list("status").annotate(n=Count("id"))) == {"done": n}
+    assert Step.objects.count() == 3 * n
+
+
+def test_prefetch_zero_claims_only_for_idle_threads(workers):
+    ThreeSteps.submit_many([{} for _ in range(400)])
+    w = workers.start("--burst", "--concurrency", "2", lease_seconds=600, procedures={"PREFETCH": 0})
+    most = 0
+    while w.alive():
+        most = max(most, held_by(w))
+        time.sleep(0.005)
+    assert w.wait(5) == 0
+    assert ProcedureRun.objects.filter(status="done").count() == 400
+    assert 1 <= most <= 2
