@@ -15,6 +15,7 @@ records the load average and the other sessions on the server.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import shlex
@@ -55,6 +56,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="attach py-spy to every worker and write raw (collapsed) stacks into this directory")
     parser.add_argument("--update-docs", action="store_true", help=f"put the table into {DOCS.relative_to(ROOT)}")
     parser.add_argument("--keep-logs", action="store_true", help="keep the workers' log files")
+    parser.add_argument("--size", action="append", default=[], metavar="NAME=VALUE",
+                        help="override one size of the chosen set, e.g. --size throughput=5000 (names: the "
+                             "fields of benchmarks.suite.Sizes); for profiling, not for the recorded figures")
     args = parser.parse_args(argv)
     selected = [n.strip() for n in args.only.split(",") if n.strip()] or list(BENCHMARKS)
     unknown = [n for n in selected if n not in names]
@@ -65,6 +69,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.runs = 1 if args.quick else 3
     if args.runs < 1 or args.threads < 1:
         parser.error("--runs and --threads must be at least 1")
+    args.sizes = {}
+    for item in args.size:
+        name, _, value = item.partition("=")
+        try:
+            args.sizes[name.strip()] = float(value) if "." in value else int(value)
+        except ValueError:
+            parser.error(f"--size takes NAME=NUMBER, got {item!r}")
     return args
 
 
@@ -141,6 +152,8 @@ def entry(args: argparse.Namespace, info: dict[str, str], started: str, before: 
           activity: str, body: str, raw: str, elapsed: float, progress: list[str]) -> str:
     command = "python -m benchmarks.run" + "".join(f" {shlex.quote(a)}" for a in sys.argv[1:])
     mode = "quick (tiny sizes: figures are meaningless)" if args.quick else "full sizes"
+    if args.sizes:
+        mode += " except " + ", ".join(f"{k}={v}" for k, v in args.sizes.items())
     return "\n".join([
         f"## {started}: {', '.join(args.selected)}, {mode}, {args.runs} run(s)",
         "",
@@ -198,7 +211,11 @@ def main(argv: list[str] | None = None) -> int:
         print(line, flush=True)
         progress.append(line)
 
-    ctx = Context(server=server, databases=databases, sizes=QUICK if args.quick else FULL, runs=args.runs,
+    try:
+        sizes = dataclasses.replace(QUICK if args.quick else FULL, **args.sizes)
+    except TypeError as error:
+        raise SystemExit(f"--size: {error}") from None
+    ctx = Context(server=server, databases=databases, sizes=sizes, runs=args.runs,
                   threads=args.threads, log_dir=log_dir, profile=args.profile, progress=say)
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     info = versions(server)
