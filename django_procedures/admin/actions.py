@@ -13,15 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_procedures.admin.display import step_label
-from django_procedures.admin.reads import ROW_FIELDS, step_total, subtrees
+from django_procedures.admin.reads import step_total, subtrees
 from django_procedures.exceptions import InvalidOperation
 from django_procedures.models import ProcedureRun
 from django_procedures.policy.status import FINAL, RunStatus
 from django_procedures.store import operations
-
-#: Most procedures one action may select (the confirmation page lists every one of them).
-ACTION_LIMIT = 500
-
 
 # -- retry -------------------------------------------------------------------------------------
 
@@ -158,9 +154,3 @@ def cancel_procedures(ids: Sequence[uuid.UUID], *, by: str) -> CancelReport:
         if pid not in depth:
             unchanged.append((pid, f"procedure {pid} does not exist"))
     return CancelReport(cancelled, tuple(unchanged))
-
-
-def rows(ids: Iterable[uuid.UUID]) -> list[ProcedureRun]:
-    """The procedures ``ids`` as they are now (for the admin log), light columns only."""
-    return list(ProcedureRun.objects.filter(id__in=list(ids)).only(*ROW_FIELDS))
-

@@ -1,131 +1,70 @@
-"""Confirm, then perform: the request side of the retry and cancel actions and buttons.
+"""Retry and cancel as confirmable bulk actions: what their pages and messages say, and how they run.
 
-Django-celery-beat's pattern: the admin method asks for confirmation, the work
-is a plain function (``admin.actions``), then ``message_user`` reports with
-plural-aware counts and every changed procedure gets an admin log entry.
+The request flow (confirmation page, permission, messages, admin log) is
+``admin.bulk``'s; the work is the plain functions of ``admin.actions``.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Sequence
-from typing import Any
-
-from django.contrib import messages
-from django.contrib.admin import helpers
-from django.contrib.admin.models import CHANGE, LogEntry
-from django.http import HttpRequest, HttpResponse
-from django.template.response import TemplateResponse
+from django.http import HttpRequest
 from django.utils.translation import gettext as _
-from django.utils.translation import ngettext
+from django.utils.translation import gettext_lazy, ngettext, ngettext_lazy
 
 from django_procedures.admin import actions
-from django_procedures.admin.reads import ROW_FIELDS
+from django_procedures.admin.bulk import BulkAction, Outcome, Plan, operator
 from django_procedures.models import ProcedureRun
 
-TEMPLATE = "admin/django_procedures/procedurerun/confirm_action.html"
+
+def _plan_retry(request: HttpRequest, runs: list[ProcedureRun]) -> Plan:
+    items = actions.plan_retry(runs)
+    return Plan(items, sum(1 for item in items if item.will_retry))
 
 
-def operator(request: HttpRequest) -> str:
-    """Who did it, as ``retried_by`` and the cancel reason record it."""
-    return request.user.get_username() or f"user {request.user.pk}"
+def _retry(request: HttpRequest, runs: list[ProcedureRun]) -> Outcome:
+    report = actions.retry_procedures([r.id for r in runs], by=operator(request))
+    n = len(report.retried)
+    done = ngettext("Retried %(count)d procedure; it is ready again.",
+                    "Retried %(count)d procedures; they are ready again.", n) % {"count": n}
+    return Outcome(done if n else "", report.refused, [(report.retried, _(
+        "Retried from the admin: failed → ready, resumes from its last checkpoint with a fresh retry budget."))])
 
 
-class Confirmations:
-    """Mixin for ``ProcedureRunAdmin``: the confirmation page and the outcome of each action."""
+def _plan_cancel(request: HttpRequest, runs: list[ProcedureRun]) -> Plan:
+    items = actions.plan_cancel(r.id for r in runs)
+    return Plan(items, sum(len(item.members) for item in items))
 
-    # Provided by ModelAdmin, which follows this mixin in the admin's bases.
-    admin_site: Any
-    opts: Any
-    message_user: Any
 
-    def confirm_retry(self, request: HttpRequest, queryset: Any, *, from_action: bool) -> HttpResponse | None:
-        runs = self._selected(request, queryset)
-        if runs is None:
-            return None
-        if request.method == "POST" and request.POST.get("post") == "yes":
-            report = actions.retry_procedures([r.id for r in runs], by=operator(request))
-            self._log(request, report.retried, _("Retried from the admin: failed → ready, resumes from its last "
-                                                 "checkpoint with a fresh retry budget."))
-            n = len(report.retried)
-            done = ngettext("Retried %(count)d procedure; it is ready again.",
-                            "Retried %(count)d procedures; they are ready again.", n) % {"count": n}
-            self._report(request, done if n else "",
-                         report.refused, ngettext("%(count)d procedure was not retried: %(reasons)s",
-                                                  "%(count)d procedures were not retried: %(reasons)s",
-                                                  len(report.refused)))
-            return None
-        items = actions.plan_retry(runs)
-        changing = sum(1 for item in items if item.will_retry)
-        title = ngettext("Retry %(count)d procedure?", "Retry %(count)d procedures?", changing) % {"count": changing}
-        return self._confirmation(request, "retry", title, runs, from_action,
-                                  {"retry_items": items, "changing": changing})
+def _cancel(request: HttpRequest, runs: list[ProcedureRun]) -> Outcome:
+    report = actions.cancel_procedures([r.id for r in runs], by=operator(request))
+    n, roots = report.count, len(report.cancelled)
+    done = (ngettext("Cancelled %(count)d procedure", "Cancelled %(count)d procedures", n) % {"count": n}
+            + " " + ngettext("(%(selected)d selected, with its unfinished sub-procedures).",
+                             "(%(selected)d selected, with their unfinished sub-procedures).",
+                             roots) % {"selected": roots})
+    return Outcome(done if n else "", report.unchanged, [
+        (ids, _("Cancelled from the admin with the subtree of %(id)s.") % {"id": selected})
+        for selected, ids in report.cancelled.items()])
 
-    def confirm_cancel(self, request: HttpRequest, queryset: Any, *, from_action: bool) -> HttpResponse | None:
-        runs = self._selected(request, queryset)
-        if runs is None:
-            return None
-        if request.method == "POST" and request.POST.get("post") == "yes":
-            report = actions.cancel_procedures([r.id for r in runs], by=operator(request))
-            for selected, ids in report.cancelled.items():
-                self._log(request, ids, _("Cancelled from the admin with the subtree of %(id)s.") % {"id": selected})
-            n, roots = report.count, len(report.cancelled)
-            done = (ngettext("Cancelled %(count)d procedure", "Cancelled %(count)d procedures", n) % {"count": n}
-                    + " " + ngettext("(%(selected)d selected, with its unfinished sub-procedures).",
-                                     "(%(selected)d selected, with their unfinished sub-procedures).",
-                                     roots) % {"selected": roots})
-            self._report(request, done if n else "", report.unchanged,
-                         ngettext("%(count)d procedure was left alone: %(reasons)s",
-                                  "%(count)d procedures were left alone: %(reasons)s", len(report.unchanged)))
-            return None
-        items = actions.plan_cancel(r.id for r in runs)
-        changing = sum(len(item.members) for item in items)
-        title = ngettext("Cancel %(count)d procedure?", "Cancel %(count)d procedures?", changing) % {
-            "count": changing}
-        return self._confirmation(request, "cancel", title, runs, from_action,
-                                  {"cancel_items": items, "changing": changing})
 
-    # -- helpers -----------------------------------------------------------------------------
+RETRY = BulkAction(
+    kind="retry",
+    label=gettext_lazy("Retry"),
+    title=ngettext_lazy("Retry %(count)d procedure?", "Retry %(count)d procedures?", "count"),
+    confirm=ngettext_lazy("Yes, retry %(count)d procedure", "Yes, retry %(count)d procedures", "count"),
+    refusal=ngettext_lazy("%(count)d procedure was not retried: %(reasons)s",
+                          "%(count)d procedures were not retried: %(reasons)s", "count"),
+    plan=_plan_retry,
+    perform=_retry,
+)
 
-    def _selected(self, request: HttpRequest, queryset: Any) -> list[ProcedureRun] | None:
-        runs = list(queryset.only(*ROW_FIELDS).order_by("-created_at", "-id")[:actions.ACTION_LIMIT + 1])
-        if len(runs) > actions.ACTION_LIMIT:
-            self.message_user(request, _("Select at most %(limit)d procedures at a time; filter the list further.")
-                              % {"limit": actions.ACTION_LIMIT}, messages.ERROR)
-            return None
-        return runs
-
-    def _confirmation(self, request: HttpRequest, kind: str, title: str, runs: Sequence[ProcedureRun],
-                      from_action: bool, extra: dict[str, Any]) -> TemplateResponse:
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": title,
-            "subtitle": None,
-            "kind": kind,
-            "runs": runs,
-            "from_action": from_action,
-            "action_name": f"{kind}_selected",
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            "form_url": request.get_full_path(),
-            "single": None if from_action else runs[0],
-            **extra,
-        }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, TEMPLATE, context)
-
-    def _log(self, request: HttpRequest, ids: Sequence[uuid.UUID], message: str) -> None:
-        """One ``LogEntry`` per changed procedure: who, what, when (shown in each procedure's history)."""
-        if ids:
-            LogEntry.objects.log_actions(user_id=request.user.pk, queryset=actions.rows(ids), action_flag=CHANGE,
-                                         change_message=message)
-
-    def _report(self, request: HttpRequest, done: str, refused: Sequence[tuple[uuid.UUID, str]],
-                refusal: str) -> None:
-        if done:
-            self.message_user(request, done, messages.SUCCESS)
-        if refused:
-            reasons = "; ".join(reason for _, reason in refused[:5]) + ("; …" if len(refused) > 5 else "")
-            self.message_user(request, refusal % {"count": len(refused), "reasons": reasons}, messages.WARNING)
-        if not done and not refused:
-            self.message_user(request, _("Nothing was selected; nothing changed."), messages.INFO)
+CANCEL = BulkAction(
+    kind="cancel",
+    label=gettext_lazy("Cancel"),
+    title=ngettext_lazy("Cancel %(count)d procedure?", "Cancel %(count)d procedures?", "count"),
+    confirm=ngettext_lazy("Yes, cancel %(count)d procedure", "Yes, cancel %(count)d procedures", "count"),
+    refusal=ngettext_lazy("%(count)d procedure was left alone: %(reasons)s",
+                          "%(count)d procedures were left alone: %(reasons)s", "count"),
+    plan=_plan_cancel,
+    perform=_cancel,
+    danger=True,
+)

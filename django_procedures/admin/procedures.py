@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -18,12 +18,13 @@ from django.utils.translation import gettext_lazy as _
 
 from django_procedures import registry
 from django_procedures.admin import display
+from django_procedures.admin.bulk import BulkConfirmations
 from django_procedures.admin.changelist import EstimatedCountPaginator, ProcedureChangeList
-from django_procedures.admin.confirm import Confirmations
+from django_procedures.admin.confirm import CANCEL, RETRY
 from django_procedures.admin.dashboard import dashboard_context
 from django_procedures.admin.filters import LIST_FILTER, distinct_values
 from django_procedures.admin.page import page_context
-from django_procedures.admin.reads import step_total
+from django_procedures.admin.reads import ROW_FIELDS, step_total
 from django_procedures.admin.why import first_line
 from django_procedures.models import ProcedureRun
 from django_procedures.policy.status import FINAL, RunStatus
@@ -31,7 +32,7 @@ from django_procedures.policy.status import FINAL, RunStatus
 TEMPLATES = "admin/django_procedures/procedurerun"
 
 
-class ProcedureRunAdmin(Confirmations, admin.ModelAdmin):
+class ProcedureRunAdmin(BulkConfirmations, admin.ModelAdmin):
     """Operators read procedures here and retry or cancel them; nobody edits a procedure's columns."""
 
     list_display = ("short_id", "status_badge", "type_name", "queue", "current_step", "attempts", "age",
@@ -49,6 +50,8 @@ class ProcedureRunAdmin(Confirmations, admin.ModelAdmin):
     show_facets = admin.ShowFacets.NEVER
     paginator = EstimatedCountPaginator
     actions = ("retry_selected", "cancel_selected")
+    action_fields = ROW_FIELDS
+    action_ordering = ("-created_at", "-id")
     change_list_template = f"{TEMPLATES}/change_list.html"
 
     class Media:
@@ -172,9 +175,6 @@ class ProcedureRunAdmin(Confirmations, admin.ModelAdmin):
         request.current_app = self.admin_site.name
         return TemplateResponse(request, f"{TEMPLATES}/procedure.html", context)
 
-    def _url_name(self, view: str) -> str:
-        return f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_{view}"
-
     # -- the dashboard -----------------------------------------------------------------------
 
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
@@ -194,32 +194,18 @@ class ProcedureRunAdmin(Confirmations, admin.ModelAdmin):
         extra = {"dashboard_url": reverse(self._url_name("dashboard")), **(extra_context or {})}
         return super().changelist_view(request, extra)
 
-    # -- actions (the confirmation and the work live in Confirmations and admin.actions) -----
+    # -- actions and buttons (the flow lives in admin.bulk, the work in admin.actions) -------
 
     @admin.action(description=_("Retry selected failed procedures"), permissions=["retry"])
     def retry_selected(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
-        return self.confirm_retry(request, queryset, from_action=True)
+        return self.confirm(request, queryset, RETRY, from_action=True)
 
     @admin.action(description=_("Cancel selected procedures and their sub-procedures"), permissions=["cancel"])
     def cancel_selected(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
-        return self.confirm_cancel(request, queryset, from_action=True)
+        return self.confirm(request, queryset, CANCEL, from_action=True)
 
     def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        if not self.has_retry_permission(request):
-            raise PermissionDenied
-        run = self._one(request, object_id)
-        response = self.confirm_retry(request, self.get_queryset(request).filter(pk=run.pk), from_action=False)
-        return response or HttpResponseRedirect(reverse(self._url_name("change"), args=[run.pk]))
+        return self.button_view(request, object_id, RETRY)
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        if not self.has_cancel_permission(request):
-            raise PermissionDenied
-        run = self._one(request, object_id)
-        response = self.confirm_cancel(request, self.get_queryset(request).filter(pk=run.pk), from_action=False)
-        return response or HttpResponseRedirect(reverse(self._url_name("change"), args=[run.pk]))
-
-    def _one(self, request: HttpRequest, object_id: str) -> ProcedureRun:
-        run = self.get_object(request, unquote(object_id))
-        if run is None:
-            raise Http404(f"no procedure has the id {object_id}")
-        return run
+        return self.button_view(request, object_id, CANCEL)

@@ -20,12 +20,6 @@ from django_procedures.models import Schedule
 from django_procedures.policy.schedule import Mode, decide_trigger
 from django_procedures.store import schedules as store
 
-#: Most schedules one action may select.
-ACTION_LIMIT = 500
-#: Columns the confirmation pages and the admin log read.
-SCHEDULE_FIELDS = ("id", "name", "procedure", "mode", "period", "cron", "timezone", "max_concurrency", "missed",
-                   "max_pending", "enabled", "disabled_reason", "next_tick_at", "active_runs", "pending_ticks")
-
 
 @dataclass(frozen=True)
 class PlanItem:
@@ -169,8 +163,3 @@ def outcome(result: dict[str, int]) -> str:
         ngettext("%(n)d tick skipped", "%(n)d ticks skipped", result["skipped"]) % {"n": result["skipped"]},
         ngettext("%(n)d tick pending", "%(n)d ticks pending", result["pending"]) % {"n": result["pending"]},
     ])
-
-
-def rows(ids: Iterable[int]) -> list[Schedule]:
-    """The schedules ``ids`` as they are now (for the admin log)."""
-    return list(Schedule.objects.filter(id__in=list(ids)).only(*SCHEDULE_FIELDS))

@@ -14,8 +14,7 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
-from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -23,7 +22,8 @@ from django.utils.translation import gettext_lazy as _
 
 from django_procedures import registry
 from django_procedures.admin import display
-from django_procedures.admin.schedule_confirm import ScheduleConfirmations
+from django_procedures.admin.bulk import BulkAction, BulkConfirmations
+from django_procedures.admin.schedule_confirm import PAUSE, RESUME, TRIGGER
 from django_procedures.admin.why import first_line, timestamp
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.store import schedules as store
@@ -33,6 +33,9 @@ RECENT_RUNS = 10
 DEFINITION = ("name", "procedure", "state", "mode", "period", "cron", "timezone", "initial_delay", "max_concurrency",
               "missed", "max_pending", "max_run_time", "queue")
 STATUS = ("status", "next_tick_detail", "last_tick_at", "from_code", "updated_at")
+#: Columns the confirmation pages and the admin log read.
+SCHEDULE_FIELDS = ("id", "name", "procedure", "mode", "period", "cron", "timezone", "max_concurrency", "missed",
+                   "max_pending", "enabled", "disabled_reason", "next_tick_at", "active_runs", "pending_ticks")
 
 
 class ScheduleForm(forms.ModelForm):
@@ -71,7 +74,7 @@ class ScheduleForm(forms.ModelForm):
         return timedelta(0) if delay is None else delay  # left empty: none
 
 
-class ScheduleAdmin(ScheduleConfirmations, admin.ModelAdmin):
+class ScheduleAdmin(BulkConfirmations, admin.ModelAdmin):
     """Operators read schedules' metrics here, edit definitions, and pause, resume or trigger them."""
 
     form = ScheduleForm
@@ -84,6 +87,8 @@ class ScheduleAdmin(ScheduleConfirmations, admin.ModelAdmin):
     list_per_page = 100
     show_facets = admin.ShowFacets.NEVER
     actions = ("pause_selected", "resume_selected", "trigger_selected")
+    action_fields = SCHEDULE_FIELDS
+    action_ordering = ("name",)
     change_form_template = f"{TEMPLATES}/change_form.html"
 
     class Media:
@@ -99,6 +104,10 @@ class ScheduleAdmin(ScheduleConfirmations, admin.ModelAdmin):
 
     def has_trigger_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.trigger_schedule")
+
+    def has_button_permission(self, request: HttpRequest, action: BulkAction) -> bool:
+        # The view permission too, as the action needs it to reach the list.
+        return super().has_button_permission(request, action) and self.has_view_or_change_permission(request)
 
     # -- the list ----------------------------------------------------------------------------
 
@@ -237,38 +246,26 @@ class ScheduleAdmin(ScheduleConfirmations, admin.ModelAdmin):
             *super().get_urls(),
         ]
 
-    def _url_name(self, view: str) -> str:
-        return f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_{view}"
-
     @admin.action(description=_("Pause selected schedules"), permissions=["pause"])
     def pause_selected(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
-        return self.confirm_pause(request, queryset, from_action=True)
+        return self.confirm(request, queryset, PAUSE, from_action=True)
 
     @admin.action(description=_("Resume selected schedules"), permissions=["resume"])
     def resume_selected(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
-        return self.confirm_resume(request, queryset, from_action=True)
+        return self.confirm(request, queryset, RESUME, from_action=True)
 
     @admin.action(description=_("Trigger selected schedules now"), permissions=["trigger"])
     def trigger_selected(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
-        return self.confirm_trigger(request, queryset, from_action=True)
+        return self.confirm(request, queryset, TRIGGER, from_action=True)
 
     def pause_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        return self._button(request, object_id, self.has_pause_permission, self.confirm_pause)
+        return self.button_view(request, object_id, PAUSE)
 
     def resume_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        return self._button(request, object_id, self.has_resume_permission, self.confirm_resume)
+        return self.button_view(request, object_id, RESUME)
 
     def trigger_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        return self._button(request, object_id, self.has_trigger_permission, self.confirm_trigger)
-
-    def _button(self, request: HttpRequest, object_id: str, allowed: Any, confirm: Any) -> HttpResponse:
-        if not (allowed(request) and self.has_view_or_change_permission(request)):
-            raise PermissionDenied
-        schedule = self.get_object(request, unquote(object_id))
-        if schedule is None:
-            raise Http404(f"no schedule has the id {object_id}")
-        response = confirm(request, self.get_queryset(request).filter(pk=schedule.pk), from_action=False)
-        return response or HttpResponseRedirect(reverse(self._url_name("change"), args=[schedule.pk]))
+        return self.button_view(request, object_id, TRIGGER)
 
 
 def runs_url(site: str, pk: Any) -> str:

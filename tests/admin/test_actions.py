@@ -6,7 +6,7 @@ from html import unescape
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
 
-from django_procedures.admin import actions
+from django_procedures.admin import ProcedureRunAdmin, actions
 from django_procedures.models import ProcedureRun
 from django_procedures.runtime.executor import RunningClaim, execute
 from django_procedures.store.claim import claim
@@ -153,7 +153,7 @@ def test_cancel_button_on_the_procedure_page(operator_client):
 
 
 def test_selecting_too_many_is_refused(operator_client, monkeypatch):
-    monkeypatch.setattr(actions, "ACTION_LIMIT", 1)
+    monkeypatch.setattr(ProcedureRunAdmin, "action_limit", 1)
     ids = failed(2)
     response = act(operator_client, "retry_selected", ids, confirm=True)
     assert messages_of(response) == ["Select at most 1 procedures at a time; filter the list further."]

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
 
 from django_procedures import register_schedule, tick
-from django_procedures.admin import schedule_actions
+from django_procedures.admin import ScheduleAdmin, schedule_actions
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.store import schedules
 from testproject.testapp.procedures import Heartbeat
@@ -166,7 +166,7 @@ def test_buttons_on_the_schedule_page(client):
 
 
 def test_selecting_too_many_is_refused(client, monkeypatch):
-    monkeypatch.setattr(schedule_actions, "ACTION_LIMIT", 1)
+    monkeypatch.setattr(ScheduleAdmin, "action_limit", 1)
     a, b = make("a"), make("b")
     done = act(client, "pause_selected", [a, b], confirm=True)
     assert messages_of(done) == ["Select at most 1 schedules at a time; filter the list further."]
