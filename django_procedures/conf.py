@@ -22,6 +22,9 @@ DEFAULTS: dict[str, Any] = {
     "SWEEP_SECONDS": 5.0,
     # Use PostgreSQL LISTEN/NOTIFY to wake idle workers; off for PgBouncer in transaction mode.
     "LISTEN_NOTIFY": True,
+    # Prepare the worker's hot statements (claim, checkpoint, completion) on PostgreSQL, so they are planned
+    # once per connection; off for PgBouncer in transaction mode before 1.21.
+    "PREPARED_STATEMENTS": True,
     # Poll interval of an idle worker when LISTEN/NOTIFY is off (or on SQLite).
     "POLL_SECONDS": 1.0,
     # --burst exits once nothing is due now or within this many seconds.

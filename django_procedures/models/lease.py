@@ -11,7 +11,9 @@ from django_procedures.policy.status import LeaseOutcome
 class Lease(models.Model):
     """A claim ``(procedure, token)`` by ``worker``; ``outcome`` says how it ended."""
 
-    procedure = models.ForeignKey("django_procedures.ProcedureRun", on_delete=models.CASCADE, related_name="leases")
+    # Indexed by the (procedure, token) constraint.
+    procedure = models.ForeignKey("django_procedures.ProcedureRun", on_delete=models.CASCADE, related_name="leases",
+                                  db_index=False)
     token = models.BigIntegerField()
     worker = models.CharField(max_length=255)
     claimed_at = models.DateTimeField()

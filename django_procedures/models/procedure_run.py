@@ -56,8 +56,12 @@ class ProcedureRun(models.Model):
     # Set (fenced) just before a non-idempotent step starts, cleared by its checkpoint.
     in_unsafe_step = models.BooleanField(default=False)
 
-    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
-    root = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="descendants")
+    # Indexed by partial indexes below: most procedures have no parent, and every index entry is rewritten
+    # at each status change.
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children",
+                               db_index=False)
+    root = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="descendants",
+                             db_index=False)
     depth = models.PositiveIntegerField(default=0)
     # A parent: how many children of its last suspension are unfinished, and how many suspensions so far.
     pending_children = models.PositiveIntegerField(default=0)
@@ -125,6 +129,9 @@ class ProcedureRun(models.Model):
             models.Index(fields=["run_at"], condition=Q(status__in=CLAIMABLE), name="procedures_due_idx"),
             # The recovery sweep: leases that expired.
             models.Index(fields=["lease_expires_at"], condition=Q(status__in=LEASED), name="procedures_lease_idx"),
+            # Trees: a parent's children, a root's members (and the foreign keys' checks on delete).
+            models.Index(fields=["parent"], condition=Q(parent__isnull=False), name="procedures_parent_idx"),
+            models.Index(fields=["root"], condition=Q(root__isnull=False), name="procedures_root_idx"),
             # Retention: finished roots oldest first.
             models.Index(fields=["finished_at"], condition=Q(root__isnull=True), name="procedures_prune_idx"),
             # The admin's list: newest first (ORDER BY created_at DESC, id DESC), unfiltered or filtered by

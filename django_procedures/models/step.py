@@ -11,7 +11,9 @@ from django_procedures.policy.status import StepStatus
 class Step(models.Model):
     """A step attempt that ended ``done`` (with its checkpoint), ``failed`` or ``lost``."""
 
-    procedure = models.ForeignKey("django_procedures.ProcedureRun", on_delete=models.CASCADE, related_name="steps")
+    # Indexed by procedures_step_order_idx, which starts with it.
+    procedure = models.ForeignKey("django_procedures.ProcedureRun", on_delete=models.CASCADE, related_name="steps",
+                                  db_index=False)
     index = models.PositiveIntegerField()
     name = models.CharField(max_length=255)
     attempt = models.PositiveIntegerField()

@@ -21,21 +21,48 @@ def is_postgresql() -> bool:
     return connection.vendor == "postgresql"
 
 
-@contextmanager
-def bound_cursor() -> Iterator[Any]:
-    """A psycopg cursor binding its parameters on the server, on this thread's Django connection (PostgreSQL).
+class _BoundCursor:
+    """What :func:`bound_cursor` yields: ``execute`` prepares the statement when ``PREPARED_STATEMENTS`` is on."""
 
-    Django's cursors interpolate parameters into the SQL text on the client, and
-    for the worker's few hot statements that quoting cost more than the rest of
-    the round trip. Statements are prepared only as the database's ``OPTIONS``
-    say (``prepare_threshold``; Django's default: never, which suits PgBouncer).
-    Errors come out as Django's, like any other query's.
+    def __init__(self, cursor: Any, prepare: bool | None) -> None:
+        self._cursor, self._prepare = cursor, prepare
+
+    def execute(self, sql: str, params: Any) -> None:
+        self._cursor.execute(sql, params, prepare=self._prepare)
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self._cursor.fetchall()
+
+
+@contextmanager
+def bound_cursor() -> Iterator[_BoundCursor]:
+    """A cursor binding parameters on the server, on this thread's Django connection (PostgreSQL only).
+
+    Django's cursors interpolate parameters into the SQL text on the client; for
+    the worker's few hot statements that quoting cost more than the rest of the
+    round trip. With ``PREPARED_STATEMENTS`` (the default) each statement is also
+    prepared once per connection instead of planned at every run. Errors come out
+    as Django's, like any other query's.
     """
     import psycopg
 
+    from django_procedures.conf import conf
+
     connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        yield cursor
+    raw = connection.connection
+    prepare = None  # None: as the connection's prepare_threshold says (Django's default: never)
+    if conf.PREPARED_STATEMENTS:
+        prepare = True
+        if raw.prepare_threshold is None:  # psycopg ignores prepare=True then; a huge threshold keeps
+            raw.prepare_threshold = _NEVER_BY_COUNT  # every other statement unprepared, as it was
+    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+        yield _BoundCursor(cursor, prepare)
+
+
+_NEVER_BY_COUNT = 2**62
 
 
 def text_array(values: Sequence[str]) -> str:

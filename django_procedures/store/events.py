@@ -15,6 +15,9 @@ def send_after_commit(signal: Signal, **kwargs: Any) -> None:
     """Send ``signal`` after commit; a failing receiver is logged, never raised into the worker."""
     from django_procedures.models import ProcedureRun
 
+    if not signal.has_listeners(ProcedureRun):  # the common case on the hot path: nothing to schedule
+        return
+
     def send() -> None:
         for receiver, result in signal.send_robust(sender=ProcedureRun, **kwargs):
             if isinstance(result, Exception):

@@ -74,3 +74,35 @@ def test_text_array_survives_any_characters():
     with connection.cursor() as cursor:
         cursor.execute("SELECT %s::text[]", [text_array(values)])
         assert cursor.fetchone()[0] == values
+
+
+def prepared_here() -> list[str]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.mark.postgres
+def test_the_hot_statements_are_prepared_once_per_connection(settings):
+    from django_procedures.testing import drain
+
+    settings.PROCEDURES = {"PREPARED_STATEMENTS": True}
+    ThreeSteps.submit_many([{}, {}])
+    drain()
+    prepared = prepared_here()
+    assert any("WITH picked AS" in s for s in prepared)  # the claim
+    assert sum("WITH run AS" in s for s in prepared) == 2  # checkpoint and completion, each prepared once
+
+
+@pytest.mark.postgres
+def test_prepared_statements_off_prepares_nothing(settings):
+    from django_procedures.testing import drain
+
+    settings.PROCEDURES = {"PREPARED_STATEMENTS": False}
+    ThreeSteps.submit_many([{}, {}])
+    assert prepared_here() == []
+    drain()
+    assert set(ProcedureRun.objects.values_list("status", flat=True)) == {"done"}
+    assert prepared_here() == []
