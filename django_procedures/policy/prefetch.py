@@ -4,8 +4,11 @@ Claiming costs a transaction however many rows it takes. When procedures take
 a few milliseconds, claiming only for idle threads means one claim per
 procedure, so a worker claims a batch ahead, but only as much as its threads
 finish within :data:`WINDOW_SECONDS` at the pace of its recent procedures.
-Slow procedures get no prefetch at all: nothing waits in a worker's hands
-while another worker sits idle.
+Slow procedures get no prefetch at all, and a step that has been running
+longer than the window counts as slow at once (before it ends and enters the
+average). A prefetched procedure still waiting for a thread after
+:data:`GIVE_BACK_SECONDS` (the pace changed under it) is given back for any
+worker to claim.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from dataclasses import dataclass
 WINDOW_SECONDS = 0.05
 #: Weight of the latest procedure in the moving average of run times.
 SMOOTHING = 0.2
+#: A prefetched procedure not started within this many seconds goes back to the queue.
+GIVE_BACK_SECONDS = 0.5
 
 
 @dataclass
@@ -31,13 +36,22 @@ class Prefetch:
         seconds = max(0.0, seconds)
         self.average = seconds if self.average is None else (1 - SMOOTHING) * self.average + SMOOTHING * seconds
 
-    def ahead(self, threads: int) -> int:
-        """Procedures to hold beyond ``threads``: what they would finish within the window, up to ``limit``."""
+    def ahead(self, threads: int, running_for: float = 0.0) -> int:
+        """Procedures to hold beyond ``threads``: what they would finish within the window, up to ``limit``.
+
+        ``running_for``: how long the longest-running procedure on a thread has run so far.
+        """
         if self.limit <= 0 or self.average is None:
             return 0
-        if self.average <= 0:
+        pace = max(self.average, running_for)
+        if pace <= 0:
             return self.limit
-        return max(0, min(self.limit, int(threads * WINDOW_SECONDS / self.average)))
+        return max(0, min(self.limit, int(threads * WINDOW_SECONDS / pace)))
+
+
+def stale(waiting_for: float) -> bool:
+    """Whether a prefetched procedure that has waited ``waiting_for`` seconds for a thread goes back."""
+    return waiting_for >= GIVE_BACK_SECONDS
 
 
 def to_claim(held: int, threads: int, ahead: int) -> int:

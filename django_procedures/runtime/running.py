@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -43,6 +44,11 @@ class RunningClaim:
     group_step: int = 0
     #: ``time.monotonic()`` after which the step in flight has run past its timeout.
     deadline: float | None = None
+    #: ``time.monotonic()`` of the claim, and of the moment a thread took it up (None while prefetched).
+    claimed_at: float = field(default_factory=time.monotonic)
+    taken_at: float | None = None
+    #: Given back unstarted (see ``policy.prefetch``): the thread that dequeues it skips it.
+    given_back: bool = False
 
 
 def log_extra(claim: Claim) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from django.db.backends.signals import connection_created
 from django_procedures import clock, registry
 from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost
-from django_procedures.policy.prefetch import Prefetch, to_claim
+from django_procedures.policy.prefetch import GIVE_BACK_SECONDS, Prefetch, stale, to_claim
 from django_procedures.policy.retry import FailDecision
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute
 from django_procedures.runtime.heartbeat import Heartbeat
@@ -139,10 +139,10 @@ class Worker:
                 close_old_connections()
                 for chore in chores:
                     chore.run_if_due()
-                next_chore = min(chore.next_at for chore in chores)
-                threads = self.options.concurrency
+                self._give_back_stale()
                 with self._lock:
-                    wanted = to_claim(self.busy, threads, self.prefetch.ahead(threads))
+                    wanted = self._wanted()
+                    next_chore = min(self._next_give_back(), *(chore.next_at for chore in chores))
                 if wanted <= 0:  # enough in hand: sleep until a procedure finishes (it wakes us)
                     self.waker.wait(max(0.0, next_chore - time.monotonic()))
                     continue
@@ -181,6 +181,38 @@ class Worker:
             self._work.put(running)
         return len(claims)
 
+    # -- claiming ahead (policy.prefetch) ---------------------------------------------------
+
+    def _wanted(self) -> int:
+        """How many to claim now (under ``self._lock``)."""
+        now = time.monotonic()
+        running_for = max((now - r.taken_at for r in self.running.values() if r.taken_at is not None),
+                          default=0.0)
+        threads = self.options.concurrency
+        return to_claim(self.busy, threads, self.prefetch.ahead(threads, running_for))
+
+    def _next_give_back(self) -> float:
+        """When the oldest prefetched claim goes stale (under ``self._lock``); infinity if none waits."""
+        return min((r.claimed_at + GIVE_BACK_SECONDS for r in self.running.values() if r.taken_at is None),
+                   default=float("inf"))
+
+    def _give_back_stale(self) -> None:
+        """Release prefetched claims that waited too long for a thread, so any worker can take them."""
+        now = time.monotonic()
+        with self._lock:
+            stale_claims = [r for r in self.running.values() if r.taken_at is None and stale(now - r.claimed_at)]
+            for r in stale_claims:
+                r.given_back = True  # the thread that dequeues it skips it
+                del self.running[(r.claim.id, r.claim.lease_token)]
+                self.busy -= 1
+        for r in stale_claims:
+            try:
+                fence.release(r.claim)
+            except LeaseLost:
+                continue
+            self.stats["given_back"] += 1
+            logger.debug("procedure %s: waited %.2fs for a thread; given back", r.claim.id, now - r.claimed_at)
+
     def _due_soon(self, due: Any) -> bool:
         if due is None:
             return False
@@ -202,7 +234,10 @@ class Worker:
                 running = self._work.get()
                 if running is None:
                     return
-                started = time.monotonic()
+                with self._lock:
+                    if running.given_back:
+                        continue
+                    running.taken_at = started = time.monotonic()
                 try:
                     outcome = execute(running)
                 except Exception:
@@ -215,8 +250,7 @@ class Worker:
                     self.running.pop((running.claim.id, running.claim.lease_token), None)
                     self.busy -= 1
                     self.prefetch.observe(time.monotonic() - started)
-                    threads = self.options.concurrency
-                    wanted = to_claim(self.busy, threads, self.prefetch.ahead(threads))
+                    wanted = self._wanted()
                 if wanted:  # the main thread claims only then: waking it for less is wasted work
                     self.waker.wake()
         finally:
@@ -262,8 +296,8 @@ class Worker:
         except Exception:  # stats must never stop the worker
             pass
         logger.info("worker %s %s: claimed=%d succeeded=%d suspended=%d retried=%d failed=%d rolled_back=%d "
-                    "released=%d lost=%d%s", self.id, label, s["claimed"], s["succeeded"], s["suspended"],
-                    s["retried"], s["failed"], s["rolled_back"], s["released"], s["lost"], unknown)
+                    "released=%d given_back=%d lost=%d%s", self.id, label, s["claimed"], s["succeeded"], s["suspended"],
+                    s["retried"], s["failed"], s["rolled_back"], s["released"], s["given_back"], s["lost"], unknown)
 
     def _report_unknown_types(self) -> None:
         try:

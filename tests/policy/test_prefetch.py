@@ -2,7 +2,7 @@
 
 import pytest
 
-from django_procedures.policy.prefetch import WINDOW_SECONDS, Prefetch, to_claim
+from django_procedures.policy.prefetch import GIVE_BACK_SECONDS, WINDOW_SECONDS, Prefetch, stale, to_claim
 
 
 def test_nothing_ahead_until_a_procedure_has_run():
@@ -51,3 +51,15 @@ def test_the_average_follows_a_change_of_pace():
 ])
 def test_claims_top_up_in_batches(held, threads, ahead, expected):
     assert to_claim(held, threads, ahead) == expected
+
+
+def test_a_step_running_past_the_window_stops_the_lookahead_before_it_ends():
+    p = Prefetch(limit=32)
+    p.observe(0.001)
+    assert p.ahead(4, running_for=0.002) == 32
+    assert p.ahead(4, running_for=WINDOW_SECONDS * 5) == 0  # the average has not heard of it yet
+
+
+def test_a_prefetched_procedure_goes_back_once_it_waited_too_long():
+    assert not stale(GIVE_BACK_SECONDS / 2)
+    assert stale(GIVE_BACK_SECONDS)

@@ -62,3 +62,37 @@ def test_prefetch_zero_claims_only_for_idle_threads(workers):
     assert w.wait(5) == 0
     assert ProcedureRun.objects.filter(status="done").count() == 400
     assert 1 <= most <= 2
+
+
+def test_what_a_worker_claimed_ahead_but_cannot_start_is_given_back_to_an_idle_worker(workers, tmp_path):
+    """The pace changed under a prefetch: the claimed-ahead procedures turn out long. The ones still
+    waiting for a thread after GIVE_BACK_SECONDS go back, and the idle worker takes them."""
+    from testproject.testapp.procedures import KeyHolder
+
+    pool = [workers.start("--concurrency", "1", lease_seconds=600) for _ in range(2)]
+    ThreeSteps.submit_many([{} for _ in range(40)])  # short ones: both workers learn a fast pace
+    wait_for(lambda: ProcedureRun.objects.filter(status="done").count() == 40, timeout=60, workers=workers,
+             what="the short procedures to finish")
+
+    flag = tmp_path / "flag"
+    holders = [h.id for h in KeyHolder.submit_many([{"flag": str(flag)} for _ in range(3)])]
+
+    def one_on_each_worker() -> bool:
+        owners = ProcedureRun.objects.filter(id__in=holders, status="running").values_list("lease_owner", flat=True)
+        return sorted(owners) == sorted(w.worker_id for w in pool)
+
+    wait_for(one_on_each_worker, timeout=20, workers=workers, what="one long procedure on each worker's thread")
+    time.sleep(1.0)  # past GIVE_BACK_SECONDS again: whatever was claimed ahead went back
+    assert one_on_each_worker()
+    assert ProcedureRun.objects.filter(id__in=holders, status="ready").count() == 1  # for the next free thread
+    assert Lease.objects.filter(procedure_id__in=holders, outcome="released").exists()
+
+    flag.touch()
+    wait_for(lambda: ProcedureRun.objects.filter(id__in=holders, status="done").count() == 3, timeout=30,
+             workers=workers, what="the long procedures to finish")
+    for w in pool:
+        w.signal(signal.SIGTERM)
+        assert w.wait(15) == 0
+    assert "given_back=" in "".join(w.log() for w in pool)
+    assert sum(int(line.split("given_back=")[1].split()[0]) for w in pool
+               for line in w.log_lines(containing="stopped:")) >= 1

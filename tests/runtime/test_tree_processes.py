@@ -184,11 +184,19 @@ def all_threads_serve(workers: Workers, pool, tmp_path: Path, threads: int) -> N
     flag = tmp_path / "serve-flag"
     handles = [KeyHolder.submit({"flag": str(flag)}) for _ in range(len(pool) * threads)]
     ids = [h.id for h in handles]
-    wait_for(lambda: Counter(statuses(ids).values())["running"] == len(ids), timeout=20, workers=workers,
+    # Each worker holds exactly as many as it has threads: a worker that claimed more ahead of its threads
+    # gives the unstarted ones back (PREFETCH), and one with a stuck thread could not start its share.
+    share = {w.worker_id: threads for w in pool}
+
+    def each_thread_holds_one() -> bool:
+        rows = ProcedureRun.objects.filter(id__in=ids, status="running").values_list("lease_owner", flat=True)
+        return Counter(rows) == share
+
+    wait_for(each_thread_holds_one, timeout=20, workers=workers,
              what=f"{len(ids)} new procedures running at once on {len(pool)} workers x {threads} threads")
     flag.touch()
     wait_all(ids, {"done"}, timeout=20, workers=workers, what="the new procedures to finish")
-    assert {Lease.objects.get(procedure_id=i).worker for i in ids} == {w.worker_id for w in pool}
+    assert {Lease.objects.filter(procedure_id=i).latest("token").worker for i in ids} == set(share)
     assert all(w.alive() for w in pool), workers.describe()
 
 
@@ -348,8 +356,10 @@ def test_a_failing_child_rolls_back_its_parent_and_cancels_the_running_siblings(
     # The siblings were all claimed (running) when they were cancelled: fenced out, their writes rolled back.
     assert [s.status for s in siblings] == ["cancelled"] * 3
     assert all(s.error == f"cancelled: ancestor {handle.id} failed" for s in siblings)
-    assert all(lease_outcomes(s.id) == ["lost"] for s in siblings)
-    assert all(s.lease_token > Lease.objects.get(procedure_id=s.id).token for s in siblings)
+    # A sibling a worker had claimed ahead of its threads may have been given back first (PREFETCH).
+    assert all(lease_outcomes(s.id)[-1] == "lost" and set(lease_outcomes(s.id)[:-1]) <= {"released"}
+               for s in siblings)
+    assert all(s.lease_token > Lease.objects.filter(procedure_id=s.id).latest("token").token for s in siblings)
     for s in siblings:
         wait_for(lambda s=s: any(f"procedure {s.id}:" in line and ("stopped" in line or "was lost" in line)
                                  for w in pool for line in w.log_lines(level="INFO")),
@@ -408,9 +418,10 @@ def test_cancelling_a_waiting_parent_fences_out_its_running_children(workers, tm
     members = ProcedureRun.objects.filter(id__in=[handle.id, *(c.id for c in running)])
     assert set(members.values_list("status", flat=True)) == {"cancelled"}
     assert ProcedureRun.objects.get(id=handle.id).error == "cancelled by test"
-    for c in running:
-        assert lease_outcomes(c.id) == ["lost"]
-        assert ProcedureRun.objects.get(id=c.id).lease_token > Lease.objects.get(procedure_id=c.id).token
+    for c in running:  # (a child claimed ahead of a worker's threads may have been given back first)
+        assert lease_outcomes(c.id)[-1] == "lost" and set(lease_outcomes(c.id)[:-1]) <= {"released"}
+        assert ProcedureRun.objects.get(id=c.id).lease_token > Lease.objects.filter(procedure_id=c.id).latest(
+            "token").token
         assert effects(c.id) == 0 and steps(c.id) == []  # the interrupted atomic steps rolled back
     assert lease_outcomes(handle.id) == ["completed"] and effects(handle.id, "collect") == 0
     assert open_leases() == 0
