@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import time
 import traceback as tb
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -16,9 +15,8 @@ from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
 from django_procedures.policy.retry import FailDecision, RetryDecision, decide_failure, is_poisonous
 from django_procedures.policy.state import find_problem
 from django_procedures.procedure import Procedure, Status, StepSpec
-from django_procedures.runtime import hooks
+from django_procedures.runtime import hooks, reconnect
 from django_procedures.runtime.context import Context
-from django_procedures.runtime.outage import watch
 from django_procedures.runtime.running import Outcome, RunningClaim, error_text, interrupted, log_extra, logger
 from django_procedures.store import fence
 from django_procedures.store.db import is_conflict, is_disconnect
@@ -52,10 +50,6 @@ def _next_step(cls: type[Procedure], spec: StepSpec) -> StepSpec | None:
     return cls.steps[position] if position < len(names) else None
 
 
-#: Times one claim resumes after a lost connection before it is left to its lease expiry.
-MAX_RECONNECTS = 3
-
-
 def execute(running: RunningClaim) -> Outcome:
     """Run ``running.claim`` until it finishes, waits, fails an attempt, is released, or loses its lease.
 
@@ -64,116 +58,16 @@ def execute(running: RunningClaim) -> Outcome:
     re-reads the row under its lease and resumes from the last committed
     checkpoint (the interrupted transaction rolled back).
     """
-    for reconnects in range(MAX_RECONNECTS + 1):
+    for reconnects in range(reconnect.MAX_RECONNECTS + 1):
         try:
             return _execute(running)
         except Error as error:  # Django's InterfaceError is no DatabaseError
             if not is_disconnect(error):
                 raise
-            outcome = _after_disconnect(running, error, reconnects)
+            outcome = reconnect.after_disconnect(running, error, reconnects)
             if outcome is not None:
                 return outcome
     raise AssertionError("unreachable")  # pragma: no cover - the last round returns LOST
-
-
-def _after_disconnect(running: RunningClaim, error: Error, reconnects: int) -> Outcome | None:
-    """Wait for the database; None to run the claim again from its last checkpoint, else how it ended."""
-    claim = running.claim
-    found = _wait_for_database(running, error)
-    if found is None:
-        return Outcome.LOST
-    if found.in_unsafe_step:  # a non-idempotent step was running: it may or may not have taken effect
-        return _park_unsafe(running)
-    if reconnects >= MAX_RECONNECTS:
-        logger.warning("procedure %s: the database connection was lost %d times during this claim; leaving it "
-                       "to its lease expiry", claim.id, reconnects + 1, extra=log_extra(claim))
-        return Outcome.LOST
-    logger.debug("procedure %s: resuming at step %s under lease token %s after reconnecting", claim.id,
-                 claim.step_name, claim.lease_token, extra=log_extra(claim))
-    return None
-
-
-def _wait_for_database(running: RunningClaim, error: Error) -> fence.Reloaded | None:
-    """Reconnect with backoff and re-read the claim (see ``fence.reload``); None if it must stop here.
-
-    It stops when the heartbeat gave the lease up (renewal timeout), when the
-    worker shuts down while the database is still away (the lease is left to
-    expire), or when the lease is no longer this claim's.
-    """
-    claim, activity = running.claim, running.activity
-    watch.lost(error, f"procedure {claim.id}")
-    connection = transaction.get_connection()
-    delay = 0.1
-    while True:
-        connection.close()
-        if activity.lost_reason:
-            logger.info("procedure %s: stopped while the database was unreachable: %s", claim.id,
-                        activity.lost_reason, extra=log_extra(claim))
-            return None
-        try:
-            found = fence.reload(claim)
-            break
-        except Error as again:
-            if not is_disconnect(again):
-                raise
-        if activity.stopping.wait(delay):
-            return None
-        delay = min(delay * 2, 2.0)
-    watch.restored()
-    if not found.held:
-        logger.info("procedure %s: no longer held by lease token %s once the database was back (its last "
-                    "write committed, or the lease moved); dropping this worker's result", claim.id,
-                    claim.lease_token, extra=log_extra(claim))
-        return None
-    return found
-
-
-def _park_unsafe(running: RunningClaim) -> Outcome:
-    """Park the procedure ``failed``: its non-idempotent step may or may not have taken effect."""
-    claim = running.claim
-    error = f"interrupted during non-idempotent step {claim.step_name}"
-    fence.fail_attempt(claim, None, error, "", FailDecision("interrupted", manual_retry=True))
-    logger.warning("procedure %s: the database connection was lost during non-idempotent step %s; parked as "
-                   "failed (retry it by hand once its effect is checked)", claim.id, claim.step_name,
-                   extra=log_extra(claim))
-    return Outcome.FAILED
-
-
-class _Settled(Exception):
-    """Raised by :func:`_record` when the claim ended while its result was being written."""
-
-    def __init__(self, outcome: Outcome | None) -> None:
-        super().__init__(outcome)
-        self.outcome = outcome
-
-
-def _record(running: RunningClaim, cls: type[Procedure], records: list[fence.StepRecord],
-            write: Callable[[], object]) -> None:
-    """Commit what the steps in ``records`` did with ``write`` (checkpoint, completion or suspension).
-
-    After a non-idempotent step a lost connection must not run the step again:
-    the result in hand is written again once the database is back, unless the
-    reloaded row shows the write landed (its checkpoint clears
-    ``in_unsafe_step``) or the lease moved; then ``_Settled`` says how the
-    claim ended (None: carry on from the committed checkpoint).
-    """
-    first = find_step(cls, records[0].name)
-    if first is None or first.idempotent:
-        write()
-        return
-    for _ in range(MAX_RECONNECTS + 1):
-        try:
-            write()
-            return
-        except Error as error:  # Django's InterfaceError is no DatabaseError
-            if not is_disconnect(error):
-                raise
-            found = _wait_for_database(running, error)
-            if found is None:
-                raise _Settled(Outcome.LOST) from error
-            if not found.in_unsafe_step:
-                raise _Settled(None) from error
-    raise _Settled(Outcome.LOST)
 
 
 def _execute(running: RunningClaim) -> Outcome:
@@ -281,7 +175,7 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
             return _record_failure(procedure, cls, running, failed)
         except _Interrupted:
             return interrupted(running)
-        except _Settled as settled:
+        except reconnect.Settled as settled:
             return settled.outcome
         except DatabaseError as error:
             retry = first.atomic and is_conflict(error) and not transaction.get_connection().in_atomic_block
@@ -296,6 +190,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
     claim, activity = running.claim, running.activity
     index, attempt = claim.step, claim.attempt
     running.group_step = claim.step
+    safe = spec.idempotent  # of the group's first step: whether a lost write may run it again
     records: list[fence.StepRecord] = []
     while True:
         ctx = Context(procedure_id=claim.id, type_name=claim.type_name, attempt=attempt, step_index=index,
@@ -332,15 +227,15 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         if problem:
             raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
         if status.kind == "suspended" and status.children:
-            _record(running, cls, records, partial(_suspend, procedure, claim, records, following, status, record))
+            reconnect.record(running, safe, partial(_suspend, procedure, claim, records, following, status, record))
             return Outcome.SUSPENDED
         if following is None:
-            _record(running, cls, records, partial(fence.complete, claim, records, procedure.state, status.output))
+            reconnect.record(running, safe, partial(fence.complete, claim, records, procedure.state, status.output))
             return Outcome.COMPLETED
         if status.kind == "executing" and not status.persist and spec.idempotent and following.idempotent:
             index, spec = index + 1, following  # the group is one try: its steps share its attempt number
             continue
-        _record(running, cls, records, partial(fence.checkpoint, claim, records, procedure.state, following.name))
+        reconnect.record(running, safe, partial(fence.checkpoint, claim, records, procedure.state, following.name))
         return None
 
 
