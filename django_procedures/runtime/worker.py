@@ -33,7 +33,7 @@ from django_procedures.store.claim import claim, next_due, unknown_types
 from django_procedures.store.db import is_conflict, is_disconnect
 from django_procedures.store.maintenance import maintain
 from django_procedures.store.schedules import sync_declared
-from django_procedures.store.ticks import tick
+from django_procedures.store.ticks import next_tick_due, tick
 
 logger = logging.getLogger("django_procedures.worker")
 
@@ -150,6 +150,8 @@ class Worker:
                     backoff = 0.0
                     continue
                 due = next_due(type_names=self.types, queues=self.options.queues)
+                if self.options.with_scheduler:  # a tick due soon starts work too
+                    due = min((at for at in (due, next_tick_due()) if at is not None), default=None)
                 if self.options.burst and not self.busy and not self._due_soon(due):
                     logger.info("worker %s: nothing due within %gs; --burst exits", self.id,
                                 float(conf.BURST_WAIT_SECONDS))

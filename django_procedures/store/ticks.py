@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F
+from django.db.models import DateTimeField, ExpressionWrapper, F, Min
 
 from django_procedures import clock
 from django_procedures.exceptions import UnknownProcedureType
@@ -31,6 +31,11 @@ class TickReport:
     overlaps: int = 0
     timed_out: int = 0
     errors: list[str] = field(default_factory=list)
+
+
+def next_tick_due() -> datetime | None:
+    """The earliest next tick of an enabled schedule (``procedures_worker --burst --with-scheduler`` waits for it)."""
+    return Schedule.objects.filter(enabled=True).aggregate(at=Min("next_tick_at"))["at"]
 
 
 def tick(now: datetime | None = None, *, batch_size: int = 500) -> TickReport:

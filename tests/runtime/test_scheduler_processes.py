@@ -101,3 +101,19 @@ def test_two_workers_with_scheduler_never_start_a_tick_twice(workers):
     assert runners == {w.worker_id for w in pair}, "both workers ran scheduled runs"
     for worker in pair:
         assert not worker.log_lines(level="ERROR") and "Traceback" not in worker.log(), worker.describe()
+
+
+def test_burst_with_scheduler_waits_for_a_tick_due_within_the_burst_wait(workers):
+    """--burst exits once nothing is due within BURST_WAIT_SECONDS; with --with-scheduler a schedule's
+    next tick counts as something due: the worker waits for it, runs what it starts, then exits."""
+    schedule, _ = register_schedule("soon", Heartbeat, period=timedelta(hours=1), initial_delay=1.5 * SECOND)
+    w = workers.start("--burst", "--with-scheduler", lease_seconds=10)
+    assert w.wait(30) == 0
+    assert done_runs(schedule) == 1, w.describe()  # the next tick is an hour away: it did not wait for that
+
+
+def test_burst_with_scheduler_does_not_wait_for_a_tick_beyond_the_burst_wait(workers):
+    schedule, _ = register_schedule("later", Heartbeat, period=timedelta(hours=1), initial_delay=30 * SECOND)
+    w = workers.start("--burst", "--with-scheduler", lease_seconds=10)
+    assert w.wait(15) == 0
+    assert done_runs(schedule) == 0
