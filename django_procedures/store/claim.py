@@ -98,7 +98,10 @@ def claim(
     from django_procedures.store import locks
 
     now = clock.now()
+    outermost = not transaction.get_connection().in_atomic_block  # never relax a caller's transaction
     with transaction.atomic():
+        if outermost:
+            _tune_claim_transaction()
         granted = locks.grant_due(type_names=type_names, queues=queues, limit=limit, now=now) if keyed else []
         claims = _lease(worker, granted, lease_seconds, now) if granted else []
         if len(claims) < limit:
@@ -107,6 +110,27 @@ def claim(
         send_after_commit(signals.procedure_started, procedure_id=c.id, type_name=c.type_name,
                           lease_token=c.lease_token)
     return claims
+
+
+def _tune_claim_transaction() -> None:
+    """Settings local to the claim's own transaction (PostgreSQL).
+
+    - ``synchronous_commit`` off: the COMMIT returns before its WAL is flushed.
+      Losing a claim in a crash of PostgreSQL loses nothing: the procedure is
+      ready again, as if never claimed. Whatever the worker commits next under
+      the lease waits for its own flush, which covers the claim's WAL too, so a
+      committed checkpoint (or the mark that a non-idempotent step began) never
+      outlives its claim.
+    - ``enable_bitmapscan`` off: claimed rows leave dead entries at the front of
+      the claim index until a vacuum. A plain index scan marks them dead as it
+      passes, so the next claim skips them; a bitmap scan, which the planner
+      picks when its statistics lag behind a fresh queue, visits each one in the
+      table again at every claim (1 ms per claim after 6,000 procedures).
+    """
+    if is_postgresql():
+        with bound_cursor() as cursor:
+            cursor.execute("SELECT set_config('synchronous_commit', 'off', true), "
+                           "set_config('enable_bitmapscan', 'off', true)", ())
 
 
 def _lease_due(worker: str, type_names: Sequence[str], queues: Sequence[str] | None, limit: int,

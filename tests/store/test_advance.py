@@ -106,3 +106,44 @@ def test_prepared_statements_off_prepares_nothing(settings):
     drain()
     assert set(ProcedureRun.objects.values_list("status", flat=True)) == {"done"}
     assert prepared_here() == []
+
+
+def synchronous_commit(setting: str = "synchronous_commit") -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"SHOW {setting}")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_alone_commits_without_waiting_for_its_flush_and_without_bitmap_scans(monkeypatch):
+    """Only the claim's own transaction: a lost claim loses nothing, a lost checkpoint would."""
+    from django_procedures.store import locks
+    from django_procedures.testing import drain
+
+    seen = []
+    grant_due = locks.grant_due
+
+    def spy(**kwargs):
+        seen.append((synchronous_commit(), synchronous_commit("enable_bitmapscan")))
+        return grant_due(**kwargs)
+
+    monkeypatch.setattr(locks, "grant_due", spy)
+    ThreeSteps.submit()
+    assert synchronous_commit() == "on"
+    drain()
+    assert seen and set(seen) == {("off", "off")}  # inside each claim
+    assert (synchronous_commit(), synchronous_commit("enable_bitmapscan")) == ("on", "on")  # and nowhere else
+    assert set(ProcedureRun.objects.values_list("status", flat=True)) == {"done"}
+
+
+@pytest.mark.postgres
+def test_a_claim_inside_a_callers_transaction_leaves_its_commit_alone():
+    from django.db import transaction
+
+    ThreeSteps.submit()
+    with transaction.atomic():
+        claim("test-worker", type_names=[ThreeSteps.type_name], limit=1, lease_seconds=30)
+        assert synchronous_commit() == "on"
