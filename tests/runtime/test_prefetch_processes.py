@@ -11,17 +11,9 @@ from django.db.models import Count
 
 from django_procedures.models import Lease, ProcedureRun, Step
 from testproject.testapp.procedures import ThreeSteps
-from tests.runtime.processes import Workers, wait_for
+from tests.runtime.processes import wait_for
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def workers(transactional_db, tmp_path):
-    pool = Workers(tmp_path)
-    yield pool
-    pool.close()
-    print(pool.describe())
 
 
 def held_by(worker) -> int:

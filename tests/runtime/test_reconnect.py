@@ -30,19 +30,11 @@ from testproject.testapp.procedures import (
     ThreeSteps,
     WritesAfterPause,
 )
-from tests.runtime.processes import MANAGE, ROOT, Workers, read_pid, wait_for
+from tests.runtime.processes import MANAGE, ROOT, read_pid, wait_for
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 
 FAST = {"SWEEP_SECONDS": 0.5}
-
-
-@pytest.fixture
-def workers(transactional_db, tmp_path):
-    pool = Workers(tmp_path)
-    yield pool
-    pool.close()
-    print(pool.describe())
 
 
 def backends(worker) -> dict[str, int]:

@@ -25,14 +25,6 @@ pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 SECOND = timedelta(seconds=1)
 
 
-@pytest.fixture
-def workers(transactional_db, tmp_path):
-    pool = Workers(tmp_path)
-    yield pool
-    pool.close()
-    print(pool.describe())
-
-
 def done_runs(schedule: Schedule) -> int:
     return ProcedureRun.objects.filter(schedule=schedule, status="done").count()
 

@@ -61,15 +61,6 @@ X = [["k", "exclusive"]]
 S = [["k", "shared"]]
 
 
-@pytest.fixture
-def workers(transactional_db, tmp_path):
-    """Worker subprocesses of this test: killed before the test database is flushed; logs printed."""
-    pool = Workers(tmp_path)
-    yield pool
-    pool.close()
-    print(pool.describe())
-
-
 def start(workers: Workers, count: int = 2, *, threads: int = 2, lease: float = LEASE) -> list[WorkerProcess]:
     return [workers.start("--concurrency", str(threads), lease_seconds=lease, procedures=FAST) for _ in range(count)]
 

@@ -29,15 +29,6 @@ pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 FAST = {"SWEEP_SECONDS": 0.5}
 
 
-@pytest.fixture
-def workers(transactional_db, tmp_path):
-    """Worker subprocesses of this test: killed before the test database is flushed; logs printed."""
-    pool = Workers(tmp_path)
-    yield pool
-    pool.close()
-    print(pool.describe())
-
-
 # -- reading the database -------------------------------------------------------------------------
 
 
