@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from django.db import connection
+from django.db.models import Field, Model
 from django.utils import timezone
 
 from django_procedures import clock, signals
 from django_procedures.conf import conf
 from django_procedures.models import ProcedureRun
 from django_procedures.policy.state import check_state
+from django_procedures.store.db import is_postgresql
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
 
@@ -106,8 +111,7 @@ def insert(rows: list[ProcedureRun], *, skip_conflicts: bool = False) -> list[uu
         return []
     keys = {row.key for row in rows if row.key is not None}
     if skip_conflicts:
-        ProcedureRun.objects.bulk_create(rows, ignore_conflicts=True)
-        stored = set(ProcedureRun.objects.filter(id__in=[row.id for row in rows]).values_list("id", flat=True))
+        stored = _insert_new(rows)
         ids = [row.id for row in rows if row.id in stored]
     elif keys:
         ProcedureRun.objects.bulk_create(rows, ignore_conflicts=True)
@@ -122,6 +126,49 @@ def insert(rows: list[ProcedureRun], *, skip_conflicts: bool = False) -> list[uu
         if row.id in created:
             send_after_commit(signals.procedure_submitted, procedure_id=row.id, type_name=row.type_name)
     return ids
+
+
+def _insert_new(rows: list[ProcedureRun]) -> set[uuid.UUID]:
+    """Insert ``rows``, skipping those that hit a unique constraint; returns the ids inserted."""
+    if not is_postgresql():
+        ProcedureRun.objects.bulk_create(rows, ignore_conflicts=True)
+        return set(ProcedureRun.objects.filter(id__in=[row.id for row in rows]).values_list("id", flat=True))
+    # bulk_create prepares every field of every row and cannot say which rows it skipped: one JSON
+    # parameter and RETURNING cost a fraction of that (a tick inserts thousands of runs).
+    fields = ProcedureRun._meta.concrete_fields
+    select, param = json_rows(fields, rows)
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column) for f in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {quote(ProcedureRun._meta.db_table)} ({columns}) {select} "
+                       f"ON CONFLICT DO NOTHING RETURNING {quote(ProcedureRun._meta.pk.column)}", [param])
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _json_default(value: object) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"cannot pass a {type(value).__name__} through JSON to PostgreSQL")
+
+
+def json_rows(fields: Sequence[Field[Any, Any]], objs: Sequence[Model]) -> tuple[str, str]:
+    """A PostgreSQL ``SELECT`` of the ``fields`` of ``objs`` from one jsonb parameter, and that parameter.
+
+    One JSON array per object; each column is cast to its field's type (varchar as text, so an
+    INSERT still rejects an overlong value rather than the cast truncating it).
+    """
+    items = []
+    for i, f in enumerate(fields):
+        db_type = f.db_type(connection) or "text"
+        if db_type == "jsonb":
+            items.append(f"nullif(r->{i}, 'null'::jsonb)")  # None is SQL NULL, as the ORM writes it
+        else:
+            items.append(f"(r->>{i})::{'text' if db_type.startswith('varchar') else db_type}")
+    values = attrgetter(*(f.attname for f in fields))
+    param = json.dumps([values(obj) for obj in objs], default=_json_default)
+    return f"SELECT {', '.join(items)} FROM jsonb_array_elements(%s::jsonb) AS r", param
 
 
 def submit_many(

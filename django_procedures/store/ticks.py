@@ -17,7 +17,7 @@ from django_procedures.policy.status import FINAL
 from django_procedures.store import operations
 from django_procedures.store.db import is_postgresql
 from django_procedures.store.schedules import run_rows
-from django_procedures.store.submit import insert
+from django_procedures.store.submit import insert, json_rows
 
 logger = logging.getLogger("django_procedures.schedules")
 
@@ -53,13 +53,12 @@ def tick(now: datetime | None = None, *, batch_size: int = 500) -> TickReport:
     with clock.frozen_at(now):
         moment = clock.now()
         _cancel_overdue(moment, report)
-        done: set[int] = set()
+        stuck: set[int] = set()  # ticked in this pass yet still due: passed over, so the pass ends
         while True:
             with transaction.atomic():
-                due = list(Schedule.objects.filter(enabled=True, next_tick_at__lte=moment).exclude(id__in=done)
+                due = list(Schedule.objects.filter(enabled=True, next_tick_at__lte=moment).exclude(id__in=stuck)
                            .select_for_update(skip_locked=True).order_by("id")[:batch_size])
-                done.update(s.id for s in due)
-                _tick_batch(due, moment, report)
+                stuck.update(_tick_batch(due, moment, report))
             if len(due) < batch_size:
                 return report
 
@@ -71,9 +70,12 @@ class _Planned:
     rows: list[ProcedureRun]
 
 
-def _tick_batch(due: list[Schedule], now: datetime, report: TickReport) -> None:
-    """Decide every locked schedule, insert all their runs, then write all their rows back."""
-    planned = []
+def _tick_batch(due: list[Schedule], now: datetime, report: TickReport) -> list[int]:
+    """Decide every locked schedule, insert all their runs, then write all their rows back.
+
+    Returns the schedules still due after this (an error, a ``fixed_delay`` run in progress).
+    """
+    planned, stuck = [], []
     for s in due:
         try:
             decision = decide_tick(s.settings, now=now, next_tick_at=s.next_tick_at, active=s.active_runs,
@@ -82,6 +84,7 @@ def _tick_batch(due: list[Schedule], now: datetime, report: TickReport) -> None:
         except (UnknownProcedureType, ValueError) as error:
             report.errors.append(f"{s.name}: {error}")
             logger.error("schedule %r cannot tick: %s", s.name, error)
+            stuck.append(s.id)
             continue
         planned.append(_Planned(s, decision, rows))
     # A tick another ticker already started is skipped by the unique constraint and starts nothing here.
@@ -102,7 +105,10 @@ def _tick_batch(due: list[Schedule], now: datetime, report: TickReport) -> None:
         s.last_tick_at = now
         if decision.due:
             s.last_drift_ms = int(decision.drift / timedelta(milliseconds=1))
+        if s.next_tick_at is not None and s.next_tick_at <= now:
+            stuck.append(s.id)
     write_ticked([p.schedule for p in planned])
+    return stuck
 
 
 def _cancel_overdue(now: datetime, report: TickReport) -> None:
@@ -128,13 +134,10 @@ def write_ticked(schedules: list[Schedule]) -> None:
         Schedule.objects.bulk_update(schedules, TICKED)
         return
     fields = [Schedule._meta.pk, *(Schedule._meta.get_field(name) for name in TICKED)]
+    select, param = json_rows(fields, schedules)
     quote = connection.ops.quote_name
-    # One array per column, unnested into rows: the statement text is the same whatever the batch size.
-    arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in fields)
-    columns = ", ".join(quote(f.column) for f in fields)
-    assignments = ", ".join(f"{quote(f.column)} = v.{quote(f.column)}" for f in fields[1:])
-    pk = quote(fields[0].column)
-    params = [[f.get_db_prep_save(getattr(s, f.attname), connection) for s in schedules] for f in fields]
+    columns = [quote(f.column) for f in fields]
+    assignments = ", ".join(f"{c} = v.{c}" for c in columns[1:])
     with connection.cursor() as cursor:
         cursor.execute(f"UPDATE {quote(Schedule._meta.db_table)} AS s SET {assignments} "
-                       f"FROM unnest({arrays}) AS v({columns}) WHERE s.{pk} = v.{pk}", params)
+                       f"FROM ({select}) AS v({', '.join(columns)}) WHERE s.{columns[0]} = v.{columns[0]}", [param])
