@@ -91,13 +91,17 @@ def build_row(cls: type[Procedure], state: Mapping[str, Any] | None, *, key: str
         raise TypeError(f"state must be a dict (a JSON object); got {type(state).__name__}")
     plain = dict(state or {})
     check_state(plain, where)
-    return ProcedureRun(
+    values = dict(
         id=uuid.uuid4(), type_name=cls.type_name, state=plain, step_name=cls.steps[0].name,
         queue=queue or cls.queue or conf.DEFAULT_QUEUE, priority=cls.priority if priority is None else priority,
         key=key, run_at=resolve_run_at(run_after, now), created_at=now, lock_keys=lock_keys_of(cls, plain),
         parent_id=parent and parent.id, root_id=parent and parent.root_id, depth=parent.depth + 1 if parent else 0,
         spawned_in=parent.suspension if parent else 0, position=position,
     )
+    # Positional arguments skip Model.__init__'s keyword lookup of every field: half the cost of a row
+    # (a tick builds thousands).
+    return ProcedureRun(*[values[f.attname] if f.attname in values else f.get_default()
+                          for f in ProcedureRun._meta.concrete_fields])
 
 
 def insert(rows: list[ProcedureRun], *, skip_conflicts: bool = False) -> list[uuid.UUID]:
