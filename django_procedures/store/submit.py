@@ -140,12 +140,12 @@ def _insert_new(rows: list[ProcedureRun]) -> set[uuid.UUID]:
     # bulk_create prepares every field of every row and cannot say which rows it skipped: one JSON
     # parameter and RETURNING cost a fraction of that (a tick inserts thousands of runs).
     fields = ProcedureRun._meta.concrete_fields
-    select, param = json_rows(fields, rows)
+    select, params = json_rows(fields, rows)
     quote = connection.ops.quote_name
     columns = ", ".join(quote(f.column) for f in fields)
     with connection.cursor() as cursor:
         cursor.execute(f"INSERT INTO {quote(ProcedureRun._meta.db_table)} ({columns}) {select} "
-                       f"ON CONFLICT DO NOTHING RETURNING {quote(ProcedureRun._meta.pk.column)}", [param])
+                       f"ON CONFLICT DO NOTHING RETURNING {quote(ProcedureRun._meta.pk.column)}", params)
         return {row[0] for row in cursor.fetchall()}
 
 
@@ -157,22 +157,39 @@ def _json_default(value: object) -> str:
     raise TypeError(f"cannot pass a {type(value).__name__} through JSON to PostgreSQL")
 
 
-def json_rows(fields: Sequence[Field[Any, Any]], objs: Sequence[Model]) -> tuple[str, str]:
-    """A PostgreSQL ``SELECT`` of the ``fields`` of ``objs`` from one jsonb parameter, and that parameter.
+def json_rows(fields: Sequence[Field[Any, Any]], objs: Sequence[Model]) -> tuple[str, list[Any]]:
+    """A PostgreSQL ``SELECT`` of the ``fields`` of ``objs``, one row per object, and its parameters.
 
-    One JSON array per object; each column is cast to its field's type (varchar as text, so an
-    INSERT still rejects an overlong value rather than the cast truncating it).
+    A column with the same value in every object is one parameter; the others come from one jsonb
+    parameter holding a JSON array per object (a run has 49 columns, a handful of which differ
+    between a tick's runs). Columns are cast to their fields' types, varchar as text so that an
+    INSERT still rejects an overlong value rather than the cast truncating it.
     """
-    items = []
-    for i, f in enumerate(fields):
+    get = attrgetter(*(f.attname for f in fields))
+    rows = [get(obj) for obj in objs] if len(fields) > 1 else [(get(obj),) for obj in objs]
+    items, constants, varying = [], [], []
+    for f, column in zip(fields, zip(*rows, strict=True), strict=True):
         db_type = f.db_type(connection) or "text"
+        cast = "text" if db_type.startswith("varchar") else db_type
+        first = column[0]
         if db_type == "jsonb":
-            items.append(f"nullif(r->{i}, 'null'::jsonb)")  # None is SQL NULL, as the ORM writes it
+            # Compared as JSON: {"n": 1} == {"n": True} in Python.
+            text = None if first is None else json.dumps(first)
+            if all(v == first for v in column) and all(
+                    (None if v is None else json.dumps(v)) == text for v in column):
+                items.append("%s::jsonb")
+                constants.append(text)
+            else:
+                items.append(f"nullif(r->{len(varying)}, 'null'::jsonb)")  # None is SQL NULL, as the ORM writes it
+                varying.append(column)
+        elif all(v == first for v in column):
+            items.append(f"%s::{cast}")
+            constants.append(first)
         else:
-            items.append(f"(r->>{i})::{'text' if db_type.startswith('varchar') else db_type}")
-    values = attrgetter(*(f.attname for f in fields))
-    param = json.dumps([values(obj) for obj in objs], default=_json_default)
-    return f"SELECT {', '.join(items)} FROM jsonb_array_elements(%s::jsonb) AS r", param
+            items.append(f"(r->>{len(varying)})::{cast}")
+            varying.append(column)
+    payload = json.dumps(list(zip(*varying, strict=True)) if varying else [[] for _ in objs], default=_json_default)
+    return f"SELECT {', '.join(items)} FROM jsonb_array_elements(%s::jsonb) AS r", [*constants, payload]
 
 
 def submit_many(

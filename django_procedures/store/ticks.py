@@ -134,10 +134,10 @@ def write_ticked(schedules: list[Schedule]) -> None:
         Schedule.objects.bulk_update(schedules, TICKED)
         return
     fields = [Schedule._meta.pk, *(Schedule._meta.get_field(name) for name in TICKED)]
-    select, param = json_rows(fields, schedules)
+    select, params = json_rows(fields, schedules)
     quote = connection.ops.quote_name
     columns = [quote(f.column) for f in fields]
     assignments = ", ".join(f"{c} = v.{c}" for c in columns[1:])
     with connection.cursor() as cursor:
         cursor.execute(f"UPDATE {quote(Schedule._meta.db_table)} AS s SET {assignments} "
-                       f"FROM ({select}) AS v({', '.join(columns)}) WHERE s.{columns[0]} = v.{columns[0]}", [param])
+                       f"FROM ({select}) AS v({', '.join(columns)}) WHERE s.{columns[0]} = v.{columns[0]}", params)
