@@ -810,6 +810,12 @@ def main(argv: list[str] | None = None) -> int:
                     diagnose(logdir / "unfinished.txt")
                 except Exception as error:
                     log(f"could not write the diagnosis: {error}")
+            # A worker restarted in the last seconds of the chaos may still be starting: a SIGTERM before
+            # it installs its handlers ends it by the signal, which would test nothing about shutdown.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not all(w.healthy() for w in pool if w.alive()):
+                supervise(pool, report, time.monotonic())
+                time.sleep(0.2)
             for w in pool:
                 w.expected_exit = True
                 w.send(signal.SIGTERM)
