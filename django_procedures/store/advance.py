@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection
+from django.db.models import QuerySet
 
 from django_procedures import clock
 from django_procedures.models import Lease, ProcedureRun, Step
@@ -105,9 +106,13 @@ def done_rows(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any]
     ]
 
 
+def held_row(claim: Claim) -> QuerySet[ProcedureRun]:
+    """The claimed row while ``claim`` still holds it: the fence every write and check of a claim goes through."""
+    return ProcedureRun.objects.filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED)
+
+
 def _orm_update(claim: Claim, **fields: Any) -> bool:
-    return bool(ProcedureRun.objects.filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED)
-                .update(**fields))
+    return bool(held_row(claim).update(**fields))
 
 
 def _json(field: str, value: Any) -> Any:

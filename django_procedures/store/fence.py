@@ -16,7 +16,7 @@ from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost
 from django_procedures.models import ProcedureRun, Step
 from django_procedures.policy.retry import FailDecision, RetryDecision
-from django_procedures.policy.status import LEASED, LeaseOutcome, RunStatus, StepStatus
+from django_procedures.policy.status import LeaseOutcome, RunStatus, StepStatus
 from django_procedures.store import advance, finals, tree
 from django_procedures.store.advance import close_lease
 from django_procedures.store.claim import Claim
@@ -47,7 +47,7 @@ def fenced_update(claim: Claim, *, at_step: int | None = None, **fields: Any) ->
     ``at_step`` also requires the committed step count to be unchanged (a
     failure decided by another thread must not land after a checkpoint).
     """
-    rows = ProcedureRun.objects.filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED)
+    rows = advance.held_row(claim)
     if at_step is not None:
         rows = rows.filter(step=at_step)
     if not rows.update(**fields):
@@ -74,7 +74,7 @@ def _transaction() -> Iterator[None]:
 
 def holds(claim: Claim) -> bool:
     """Whether this claim still holds the procedure (a read; acting on it still needs a fenced write)."""
-    return ProcedureRun.objects.filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED).exists()
+    return advance.held_row(claim).exists()
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def reload(claim: Claim) -> Reloaded:
     False when the lease moved meanwhile, or the procedure left the running
     state (it finished, waits or retries: that outcome committed).
     """
-    row = (ProcedureRun.objects.filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED)
+    row = (advance.held_row(claim)
            .values("state", "step", "step_name", "attempt", "failures", "lost", "suspension", "in_rollback",
                    "in_unsafe_step").first())
     if row is None:
@@ -200,9 +200,7 @@ def wait_or_continue(claim: Claim) -> str:
     """After child failures were handled: ``"continue"`` if no child is left, ``"again"`` if more
     failures arrived meanwhile, else the parent goes back to ``waiting`` (``"waiting"``)."""
     with _transaction():
-        pending = (ProcedureRun.objects.select_for_update()
-                   .filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED)
-                   .values_list("pending_children", flat=True).first())
+        pending = advance.held_row(claim).select_for_update().values_list("pending_children", flat=True).first()
         if pending is None:
             raise _lost(claim)
         if not pending:
