@@ -68,11 +68,14 @@ class ProcedureRunAdmin(BulkConfirmations, admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # finished trees are removed by procedures_prune, never one row at a time
 
+    # Each action needs the view permission as well as its own: its confirmation page shows the procedures.
+
     def has_retry_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.retry_procedurerun")
+        return self.has_view_permission(request) and request.user.has_perm(f"{self.opts.app_label}.retry_procedurerun")
 
     def has_cancel_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.cancel_procedurerun")
+        return self.has_view_permission(request) and request.user.has_perm(
+            f"{self.opts.app_label}.cancel_procedurerun")
 
     # -- the list ----------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_procedures import registry
 from django_procedures.admin import display
-from django_procedures.admin.bulk import BulkAction, BulkConfirmations
+from django_procedures.admin.bulk import BulkConfirmations
 from django_procedures.admin.schedule_confirm import PAUSE, RESUME, TRIGGER
 from django_procedures.admin.why import first_line, timestamp
 from django_procedures.models import ProcedureRun, Schedule
@@ -96,18 +96,19 @@ class ScheduleAdmin(BulkConfirmations, admin.ModelAdmin):
 
     # -- permissions: one per action ---------------------------------------------------------
 
+    # Each action needs the view permission as well as its own: its confirmation page shows the schedules.
+
     def has_pause_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.pause_schedule")
+        return self.has_view_or_change_permission(request) and request.user.has_perm(
+            f"{self.opts.app_label}.pause_schedule")
 
     def has_resume_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.resume_schedule")
+        return self.has_view_or_change_permission(request) and request.user.has_perm(
+            f"{self.opts.app_label}.resume_schedule")
 
     def has_trigger_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.trigger_schedule")
-
-    def has_button_permission(self, request: HttpRequest, action: BulkAction) -> bool:
-        # The view permission too, as the action needs it to reach the list.
-        return super().has_button_permission(request, action) and self.has_view_or_change_permission(request)
+        return self.has_view_or_change_permission(request) and request.user.has_perm(
+            f"{self.opts.app_label}.trigger_schedule")
 
     # -- the list ----------------------------------------------------------------------------
 
