@@ -72,7 +72,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                             hint='For example ["password", "api_token"].', id="django_procedures.E010"))
     try:
         if conf.DEFAULT_QUEUE is None:
-            raise TypeError("it must be a queue name; got None")
+            raise TypeError("PROCEDURES['DEFAULT_QUEUE'] must be a queue name; got None")
         check_queue(conf.DEFAULT_QUEUE, "PROCEDURES['DEFAULT_QUEUE']")
     except (TypeError, ValueError) as error:
         errors.append(Error(str(error), hint='For example "default".', id="django_procedures.E012"))
