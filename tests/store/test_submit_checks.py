@@ -225,3 +225,13 @@ def test_the_limits_are_the_columns():
     assert field("queue").max_length == options.QUEUE_MAX_LENGTH
     assert field("key").max_length == options.KEY_MAX_LENGTH
     assert type(field("priority")) is models.IntegerField  # 32-bit on every backend
+
+
+@pytest.mark.parametrize(("queue", "words"), [("a,b", "comma"), (" q", "surrounding spaces")])
+def test_a_schedule_refuses_a_queue_no_worker_could_serve(queue, words):
+    from django.core.exceptions import ValidationError
+
+    from django_procedures import register_schedule
+
+    with pytest.raises(ValidationError, match=words):
+        register_schedule("bad-queue", Leaf, period=timedelta(minutes=5), queue=queue)
