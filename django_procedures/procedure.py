@@ -7,7 +7,7 @@ import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, overload
 
 from django_procedures.exceptions import ChildFailed
 from django_procedures.policy import options
@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from django_procedures.handle import ProcedureHandle
     from django_procedures.runtime.context import Context
     from django_procedures.store.tree import ChildResult
+
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -126,14 +128,14 @@ class LockKey:
         return cls(name, "shared")
 
 
-class _class_or_instance:
+class _class_or_instance(Generic[_R]):
     """A method bound to the class when called on it, and to the instance when called on one."""
 
-    def __init__(self, func: Callable[..., Any]) -> None:
+    def __init__(self, func: Callable[..., _R]) -> None:
         self.__func__ = func
         functools.update_wrapper(self, func)
 
-    def __get__(self, instance: Any, owner: type) -> Callable[..., Any]:
+    def __get__(self, instance: Any, owner: type) -> Callable[..., _R]:
         return types.MethodType(self.__func__, owner if instance is None else instance)
 
 
