@@ -94,17 +94,12 @@ class Status:
 
     @classmethod
     def suspended(cls, children: Iterable[Procedure], persist: bool = True) -> Status:
-        """Submit ``children`` (``Procedure`` instances, without a key) and wait until they have all finished."""
-        children = tuple(children)
-        for i, child in enumerate(children):
-            if not isinstance(child, Procedure):
-                hint = f"{child.__name__}(state)" if isinstance(child, type) else "MyProcedure(state, queue=...)"
-                raise TypeError(f"children[{i}] must be a Procedure instance, like {hint}; "
-                                f"got {type(child).__name__} {child!r}")
-            if getattr(child, "options", {}).get("key") is not None:
-                raise TypeError(f"children[{i}] has an idempotency key; children cannot carry one (the suspension "
-                                "that creates them is committed once, so they are never created twice): drop key=")
-        return cls("suspended", persist=persist, children=children)
+        """Submit ``children`` and wait until they have all finished.
+
+        The children are checked when the step returns (the runtime fails the step as ``NonRetryable``
+        for anything that is not a concrete ``Procedure`` instance without a key), not here.
+        """
+        return cls("suspended", persist=persist, children=tuple(children))
 
     @classmethod
     def done(cls, output: Any = None) -> Status:

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import models
 
-from django_procedures import Procedure, RetryPolicy, Status, get_handle, step
+from django_procedures import Procedure, RetryPolicy, get_handle, step
 from django_procedures.exceptions import KeyConflict
 from django_procedures.models import ProcedureRun
 from django_procedures.policy import options
@@ -183,15 +183,6 @@ def test_a_childs_options_are_checked_where_it_is_made():
     with pytest.raises(TypeError, match="state must be a dict"):
         Leaf("n=1")
     assert Leaf({"n": 1}, run_after=60).options["run_after"] == timedelta(seconds=60)
-
-
-def test_suspended_takes_procedure_instances_without_keys():
-    with pytest.raises(TypeError, match=r"children\[0\] must be a Procedure instance, like Leaf\(state\)"):
-        Status.suspended([Leaf])
-    with pytest.raises(TypeError, match=r"children\[1\] must be a Procedure instance"):
-        Status.suspended([Leaf({}), {"n": 1}])
-    with pytest.raises(TypeError, match="children cannot carry one"):
-        Status.suspended([Leaf({}, key="k")])
 
 
 @pytest.mark.parametrize(("attributes", "words"), [
