@@ -60,11 +60,11 @@ def record_then_fail(context, fail_until):
 
 @task(takes_context=True, atomic=True)
 def record_slowly(context, marker, seconds):
-    """Writes an Effect row, touches ``marker`` with its pid, then sleeps: a kill -9 here loses the write."""
+    """Writes an Effect row, touches ``marker`` with its pid, then (first attempt only) sleeps ``seconds``."""
     Effect.objects.create(procedure_id=context.task_result.id, step="record", attempt=context.attempt,
                           worker_pid=os.getpid())
     Path(marker).write_text(str(os.getpid()))
-    time.sleep(seconds)
+    time.sleep(seconds if context.attempt == 1 else 0)
     return {"pid": os.getpid()}
 
 

@@ -234,3 +234,30 @@ def test_started_and_finished_signals(django_capture_on_commit_callbacks):
         task_finished.disconnect(finished)
     assert seen == [("started", ProceduresBackend, TaskResultStatus.RUNNING, 1),
                     ("finished", ProceduresBackend, TaskResultStatus.SUCCESSFUL, 2)]
+
+
+def test_a_task_enqueued_by_a_step_commits_with_the_step():
+    from testproject.testapp.procedures import EnqueuesATask
+
+    kept = EnqueuesATask.submit({"numbers": [4, 5]})
+    dropped = EnqueuesATask.submit({"numbers": [6, 7], "fail": True})
+    drain()  # runs the procedures, then the task the committed step enqueued
+    task_id = ProcedureRun.objects.get(id=kept.id).state["task_id"]
+    assert result_of(task_id).return_value == 9
+    assert ProcedureRun.objects.get(id=dropped.id).status == "failed"
+    assert ProcedureRun.objects.filter(type_name="task:testproject.testapp.tasks.add").count() == 1
+
+
+def test_a_manual_retry_runs_a_failed_task_again_and_its_attempts_keep_counting():
+    from django_procedures import get_handle
+
+    result = tasks.flaky.enqueue(succeed_on=5)
+    drain()
+    result.refresh()
+    assert (result.status, len(result.errors)) == (TaskResultStatus.FAILED, 3)  # max_attempts=3
+    get_handle(result.id).retry(by="ops")
+    drain()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == {"attempt": 5, "worker_ids": 5}
+    assert (len(result.errors), len(result.worker_ids)) == (4, 5)
