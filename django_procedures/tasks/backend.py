@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.apps import apps
-from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
@@ -108,12 +106,3 @@ class ProceduresBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> TaskResult:
         """The task's result as stored now; ``TaskResultDoesNotExist`` for an unknown id."""
         return read_result(self.alias, result_id)
-
-    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        messages = list(super().check(**kwargs))
-        if compat.task_backends.__module__.startswith("django_tasks") and not apps.is_installed("django_tasks"):
-            messages.append(checks.Error(
-                f"TASKS[{self.alias!r}] uses {type(self).__name__} with the django-tasks backport, but "
-                "'django_tasks' is not in INSTALLED_APPS", hint="Add 'django_tasks' to INSTALLED_APPS.",
-                id="django_procedures.E100"))
-        return messages
