@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from django_procedures import RetryPolicy
+from django_procedures import NonRetryable, RetryPolicy
 from testproject.testapp.models import Effect
 
 try:
@@ -66,6 +66,14 @@ def record_slowly(context, marker, seconds):
     Path(marker).write_text(str(os.getpid()))
     time.sleep(seconds if context.attempt == 1 else 0)
     return {"pid": os.getpid()}
+
+
+@task(retry=RetryPolicy(max_attempts=5, initial_delay=0.0, non_retryable=(PermissionError,)))
+def forbidden(final):
+    """Raises an exception its policy lists as non-retryable, or (``final``) a NonRetryable not worth a retry."""
+    if final:
+        raise NonRetryable("the account is closed", manual_retry=False)
+    raise PermissionError("not allowed")
 
 
 @task

@@ -261,3 +261,45 @@ def test_a_manual_retry_runs_a_failed_task_again_and_its_attempts_keep_counting(
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert result.return_value == {"attempt": 5, "worker_ids": 5}
     assert (len(result.errors), len(result.worker_ids)) == (4, 5)
+
+
+@pytest.mark.parametrize(("final", "path", "can_retry"), [
+    (False, "builtins.PermissionError", True),  # listed in the task's RetryPolicy.non_retryable
+    (True, "django_procedures.exceptions.NonRetryable", False),  # NonRetryable(manual_retry=False)
+])
+def test_non_retryable_exceptions_fail_the_task_at_once(final, path, can_retry):
+    result = tasks.forbidden.enqueue(final)
+    drain()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert [e.exception_class_path for e in result.errors] == [path]  # one attempt of the five allowed
+    assert ProcedureRun.objects.get(id=result.id).failure_can_retry is can_retry
+
+
+def test_the_async_api():
+    from asgiref.sync import async_to_sync
+
+    result = async_to_sync(tasks.add.aenqueue)(3, 4)
+    drain()
+    read = async_to_sync(tasks.add.aget_result)(result.id)
+    assert (read.status, read.return_value) == (TaskResultStatus.SUCCESSFUL, 7)
+    async_to_sync(result.arefresh)()
+    assert result.return_value == 7
+
+
+def test_cancelling_sends_task_finished(django_capture_on_commit_callbacks):
+    from django_procedures import get_handle
+
+    seen = []
+
+    def finished(sender, task_result, **kwargs):
+        seen.append((task_result.id, task_result.status))
+
+    task_finished.connect(finished)
+    try:
+        result = tasks.add.enqueue(1, 2)
+        with django_capture_on_commit_callbacks(execute=True):
+            get_handle(result.id).cancel()
+    finally:
+        task_finished.disconnect(finished)
+    assert seen == [(result.id, TaskResultStatus.FAILED)]
