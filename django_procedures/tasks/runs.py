@@ -8,6 +8,7 @@ a worker that can, and is reported as an unknown type meanwhile.
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, ClassVar
 
@@ -17,6 +18,8 @@ from django_procedures.procedure import Procedure, Status, step
 from django_procedures.runtime.context import Context
 from django_procedures.store.db import is_disconnect
 from django_procedures.tasks.values import to_json
+
+logger = logging.getLogger("django_procedures.tasks")
 
 #: Type names of task runs start with this; what follows is the task function's module path.
 TYPE_PREFIX = "task:"
@@ -90,7 +93,11 @@ class TaskProcedure(Procedure):
         result = None
         if task.takes_context or task_started.receivers:
             result = running_result(ctx.procedure_id, task, args, kwargs)
-            task_started.send(sender=ProceduresBackend, task_result=result)
+            # A failing receiver is logged; it never fails the task.
+            for receiver, outcome in task_started.send_robust(sender=ProceduresBackend, task_result=result):
+                if isinstance(outcome, Exception):
+                    logger.error("task_started receiver %r failed", receiver, exc_info=outcome,
+                                 extra=ctx.log_extra())
         try:
             if task.takes_context:
                 value = task.call(TaskContext(task_result=result), *args, **kwargs)

@@ -303,3 +303,18 @@ def test_cancelling_sends_task_finished(django_capture_on_commit_callbacks):
     finally:
         task_finished.disconnect(finished)
     assert seen == [(result.id, TaskResultStatus.FAILED)]
+
+
+def test_a_failing_task_started_receiver_is_logged_and_does_not_fail_the_task(caplog):
+    def broken(sender, task_result, **kwargs):
+        raise RuntimeError("receiver bug")
+
+    task_started.connect(broken)
+    try:
+        result = tasks.add.enqueue(2, 2)
+        drain()
+    finally:
+        task_started.disconnect(broken)
+    assert result_of(result.id).return_value == 4
+    assert any("task_started receiver" in r.getMessage() and r.name == "django_procedures.tasks"
+               for r in caplog.records)
