@@ -593,3 +593,17 @@ class RollsBackAfterPause(Procedure):
     def rollback(self, ctx):
         _pause(self, ctx, "rollback")
         _effect(ctx, "rollback")
+
+
+class EnqueuesATask(Procedure):
+    """Enqueues the ``add`` task of Django's Tasks framework from an atomic step; ``fail`` then fails the step."""
+
+    type_name = "testapp.EnqueuesATask"
+
+    @step
+    def enqueue(self, ctx):
+        from testproject.testapp.tasks import add
+
+        self.state["task_id"] = add.enqueue(*self.state["numbers"]).id
+        if self.state.get("fail"):
+            raise NonRetryable("fails after enqueueing")
