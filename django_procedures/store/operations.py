@@ -13,9 +13,9 @@ from django_procedures import clock, signals
 from django_procedures.exceptions import InvalidOperation
 from django_procedures.models import ProcedureRun
 from django_procedures.policy.status import CLAIMABLE, FINAL, RunStatus
-from django_procedures.store import finals, tree
-from django_procedures.store.events import send_after_commit
+from django_procedures.store import transitions, tree
 from django_procedures.store.notify import notify
+from django_procedures.store.transitions import Ending
 
 
 def retry(procedure_id: Any, *, by: str = "") -> None:
@@ -61,47 +61,44 @@ class CancelResult:
 
 
 def cancel(procedure_id: Any, *, by: str = "") -> CancelResult:
-    """Cancel the procedure and its whole unfinished subtree.
+    """Cancel the procedure and its whole unfinished subtree (a final transition, see ``store.transitions``).
 
     Running members are fenced out (their lease token is bumped), their keys
     released, and a cancelled child counts as a failed child of its parent.
     Cancelling a finished procedure changes nothing and says so.
     """
-    with transaction.atomic():
-        row = (ProcedureRun.objects.filter(id=procedure_id)
-               .values("status", "parent_id", "spawned_in", "schedule_id").first())
-        if row is None:
-            raise InvalidOperation(f"procedure {procedure_id} does not exist")
-        if row["status"] in FINAL:
-            return CancelResult((), f"procedure {procedure_id} is already {row['status']}; nothing was cancelled")
-        finals.lock_for_final(row["schedule_id"], row["parent_id"])
-        reason = f"cancelled by {by}" if by else "cancelled"
-        cancelled = tree.cancel_subtree(procedure_id, reason)
-        if uuid.UUID(str(procedure_id)) in cancelled:
-            finals.finished(uuid.UUID(str(procedure_id)), parent_id=row["parent_id"], spawned_in=row["spawned_in"],
-                            schedule_id=row["schedule_id"], failed=True)
+    row = (ProcedureRun.objects.filter(id=procedure_id)
+           .values("id", "type_name", "status", "parent_id", "spawned_in", "schedule_id").first())
+    if row is None:
+        raise InvalidOperation(f"procedure {procedure_id} does not exist")
+    reason = f"cancelled by {by}" if by else "cancelled"
+    cancelled: list[uuid.UUID] = []
+
+    def write() -> bool:
+        cancelled.extend(tree.cancel_subtree(row["id"], reason))  # locks the subtree, ancestors first
+        return row["id"] in cancelled
+
+    if row["status"] not in FINAL:
+        # Signals: cancel_subtree sends procedure_cancelled for each member it cancels.
+        transitions.finish_one(Ending(row["id"], row["type_name"], row["parent_id"], row["spawned_in"],
+                                      row["schedule_id"]), write, failed=True)
+    if not cancelled:
+        status = ProcedureRun.objects.filter(id=row["id"]).values_list("status", flat=True).first()
+        return CancelResult((), f"procedure {procedure_id} is already {status}; nothing was cancelled")
     count = len(cancelled)
     return CancelResult(tuple(cancelled), f"cancelled {count} procedure{'s' if count != 1 else ''}")
 
 
 def fail_waiting(procedure_ids: Sequence[uuid.UUID], error: str) -> list[uuid.UUID]:
     """Fail procedures that have not started (waiting for lock keys), e.g. to break a deadlock."""
-    failed = []
-    with transaction.atomic():
-        rows = list(ProcedureRun.objects.filter(id__in=procedure_ids, status__in=CLAIMABLE, keys_held=False)
-                    .values("id", "parent_id", "spawned_in", "type_name", "schedule_id"))
-        for schedule_id in sorted({r["schedule_id"] for r in rows if r["schedule_id"]}):
-            finals.lock_for_final(schedule_id, None)
-        tree.lock_rows([r["parent_id"] for r in rows] + [r["id"] for r in rows])
-        for row in rows:
-            updated = ProcedureRun.objects.filter(id=row["id"], status__in=CLAIMABLE, keys_held=False).update(
-                status=RunStatus.FAILED, error=error, failure_can_retry=True, finished_at=clock.now(),
-                waiting_for_keys=False)
-            if not updated:
-                continue
-            finals.finished(row["id"], parent_id=row["parent_id"], spawned_in=row["spawned_in"],
-                            schedule_id=row["schedule_id"], failed=True)
-            send_after_commit(signals.procedure_failed, procedure_id=row["id"], type_name=row["type_name"],
-                              error=error)
-            failed.append(row["id"])
-    return failed
+    rows = list(ProcedureRun.objects.filter(id__in=procedure_ids, status__in=CLAIMABLE, keys_held=False)
+                .order_by("depth", "id").values("id", "parent_id", "spawned_in", "type_name", "schedule_id"))
+    runs = [Ending(r["id"], r["type_name"], r["parent_id"], r["spawned_in"], r["schedule_id"]) for r in rows]
+
+    def write(run: Ending) -> bool:
+        return bool(ProcedureRun.objects.filter(id=run.id, status__in=CLAIMABLE, keys_held=False).update(
+            status=RunStatus.FAILED, error=error, failure_can_retry=True, finished_at=clock.now(),
+            waiting_for_keys=False))
+
+    ended = transitions.finalise(runs, write, failed=True, signal=signals.procedure_failed, error=error)
+    return [run.id for run in ended]
