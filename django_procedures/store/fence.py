@@ -185,7 +185,9 @@ def handled_child_failure(claim: Claim, child_id: Any, state: dict[str, Any]) ->
     """``on_child_failed`` returned for ``child_id``: save the state it left, and never report that child again."""
     with _transaction():
         fenced_update(claim, state=state, step_started_at=clock.now())
-        ProcedureRun.objects.filter(id=child_id, parent_id=claim.id).update(failure_handled=True)
+        # Only while it is still final: a child retried meanwhile must have its next failure reported.
+        ProcedureRun.objects.filter(id=child_id, parent_id=claim.id, status__in=tree.FAILED_CHILD).update(
+            failure_handled=True)
     claim.state = state
 
 
