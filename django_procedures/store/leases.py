@@ -75,10 +75,11 @@ def sweep_expired(limit: int = 100) -> SweepReport:
     ``lost`` step. A procedure lost inside a non-idempotent step is parked
     ``failed`` instead of being re-run: a final transition, made through
     ``transitions.finalise`` in a transaction of its own (its schedule and
-    parent are locked before its row, in the lock order). Rows another
-    transaction holds are skipped by the resume, never waited for; a park waits
-    its turn for the schedule and parent rows, and parks nothing if the run
-    was renewed or finished meanwhile.
+    parent are locked before its row, in the lock order). A row another
+    transaction holds is skipped, never waited for (the next sweep sees it
+    again); a park waits its turn for the schedule and parent rows, as a
+    finishing sibling does, and parks nothing if the run was renewed or
+    finished meanwhile.
     """
     resumed = _resume_expired(limit)
     parked = 0
@@ -131,15 +132,16 @@ def _park(row: dict[str, Any]) -> bool:
     error = f"interrupted during non-idempotent step {row['step_name']}"
 
     def write() -> bool:
-        # Still expired, under the same lease, inside the step: a worker that renewed or finished meanwhile wins.
-        if not ProcedureRun.objects.filter(
-                id=row["id"], lease_token=row["lease_token"], status__in=LEASED, in_unsafe_step=True,
-                lease_expires_at__lt=db_now()).update(
-                status=RunStatus.FAILED, error=error, traceback="", failed_step=row["step_name"],
-                failure_can_retry=True, finished_at=now, attempt=F("attempt") + 1, lost=F("lost") + 1,
-                lease_token=F("lease_token") + 1, lease_owner="", lease_expires_at=None, in_unsafe_step=False,
-                pending_children=0):
+        # Still expired, under the same lease, inside the step: a worker that renewed or finished meanwhile
+        # wins. A row another transaction holds is left for the next sweep, as the resume does.
+        fence = ProcedureRun.objects.filter(id=row["id"], lease_token=row["lease_token"], status__in=LEASED,
+                                            in_unsafe_step=True, lease_expires_at__lt=db_now())
+        if fence.select_for_update(skip_locked=True).values_list("id", flat=True).first() is None:
             return False
+        fence.update(status=RunStatus.FAILED, error=error, traceback="", failed_step=row["step_name"],
+                     failure_can_retry=True, finished_at=now, attempt=F("attempt") + 1, lost=F("lost") + 1,
+                     lease_token=F("lease_token") + 1, lease_owner="", lease_expires_at=None,
+                     in_unsafe_step=False, pending_children=0)
         tree.cancel_subtree(row["id"], f"cancelled: ancestor {row['id']} failed", include_self=False)
         _lost_attempt(row, now)
         return True
