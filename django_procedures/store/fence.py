@@ -219,7 +219,7 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
     ``rollback`` it goes ``rolling_back`` under the same lease (never committing
     ``failed`` first) and the caller runs the rollback next; with ``hand_off``
     too, the lease ends and the rollback is left for the next claim. Without
-    ``rollback`` the failure is final.
+    ``rollback`` the failure is final (through ``transitions.finalise``).
     """
     error = _truncate(error, conf.MAX_ERROR_LENGTH)
     traceback = _truncate(traceback, conf.MAX_TRACEBACK_LENGTH, keep_tail=True)

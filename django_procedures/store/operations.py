@@ -123,8 +123,9 @@ def cancel(procedure_id: Any, *, by: str = "") -> CancelResult:
 
     if row["status"] not in FINAL:
         # Signals: cancel_subtree sends procedure_cancelled for each member it cancels.
+        # has_keys=False: cancel_subtree releases the keys of every member it cancels.
         transitions.finish_one(Ending(row["id"], row["type_name"], row["parent_id"], row["spawned_in"],
-                                      row["schedule_id"]), write, failed=True)
+                                      row["schedule_id"], has_keys=False), write, failed=True)
     if not cancelled:
         status = ProcedureRun.objects.filter(id=row["id"]).values_list("status", flat=True).first()
         return CancelResult((), f"procedure {procedure_id} is already {status}; nothing was cancelled")
