@@ -22,7 +22,9 @@ from django.utils.translation import gettext_lazy as _
 
 from django_procedures import registry
 from django_procedures.admin import display
-from django_procedures.admin.bulk import BulkAction, BulkConfirmations
+from django_procedures.admin.bulk import BulkConfirmations
+from django_procedures.admin.changelist import QueryStringGuard
+from django_procedures.admin.redaction import NoJsonLookups, redaction_for
 from django_procedures.admin.schedule_confirm import PAUSE, RESUME, TRIGGER
 from django_procedures.admin.why import first_line, timestamp
 from django_procedures.models import ProcedureRun, Schedule
@@ -65,8 +67,14 @@ class ScheduleForm(forms.ModelForm):
                 choices.append((current, f"{current} (not registered in this process)"))
             self.fields["procedure"].widget = forms.Select(choices=choices)
 
+        if self.instance.pk and "state" in self.fields:
+            # Shown masked as its runs' state is; a value left masked keeps the stored secret on save.
+            self.initial["state"] = redaction_for(self.instance.procedure).apply(self.instance.state)
+
     def clean_state(self) -> Any:
         state = self.cleaned_data.get("state")
+        if self.instance.pk and state is not None:
+            state = redaction_for(self.instance.procedure).restore(state, self.instance.state)
         return {} if state is None else state  # left empty: no state
 
     def clean_initial_delay(self) -> Any:
@@ -74,7 +82,7 @@ class ScheduleForm(forms.ModelForm):
         return timedelta(0) if delay is None else delay  # left empty: none
 
 
-class ScheduleAdmin(BulkConfirmations, admin.ModelAdmin):
+class ScheduleAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.ModelAdmin):
     """Operators read schedules' metrics here, edit definitions, and pause, resume or trigger them."""
 
     form = ScheduleForm
@@ -96,18 +104,19 @@ class ScheduleAdmin(BulkConfirmations, admin.ModelAdmin):
 
     # -- permissions: one per action ---------------------------------------------------------
 
+    # Each action needs the view permission as well as its own: its confirmation page shows the schedules.
+
     def has_pause_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.pause_schedule")
+        return self.has_view_or_change_permission(request) and request.user.has_perm(
+            f"{self.opts.app_label}.pause_schedule")
 
     def has_resume_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.resume_schedule")
+        return self.has_view_or_change_permission(request) and request.user.has_perm(
+            f"{self.opts.app_label}.resume_schedule")
 
     def has_trigger_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.trigger_schedule")
-
-    def has_button_permission(self, request: HttpRequest, action: BulkAction) -> bool:
-        # The view permission too, as the action needs it to reach the list.
-        return super().has_button_permission(request, action) and self.has_view_or_change_permission(request)
+        return self.has_view_or_change_permission(request) and request.user.has_perm(
+            f"{self.opts.app_label}.trigger_schedule")
 
     # -- the list ----------------------------------------------------------------------------
 
@@ -154,7 +163,7 @@ class ScheduleAdmin(BulkConfirmations, admin.ModelAdmin):
 
     # -- the schedule page: status, metrics and recent runs first, then the definition ------------
 
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[tuple[Any, dict[str, Any]]]:
+    def _fieldsets(self, obj: Any = None) -> list[tuple[Any, dict[str, Any]]]:
         if obj is None:
             return [(_("Definition"), {"fields": DEFINITION}), (_("Start"), {"fields": ("enabled",)})]
         return [
@@ -169,7 +178,21 @@ class ScheduleAdmin(BulkConfirmations, admin.ModelAdmin):
         if obj is None:
             return ()
         fixed = ("name",) if obj.from_code else ()  # renamed, the next sync would create it again
-        return (*fixed, *STATUS, "metrics", "recent_runs", "snapshot")
+        return (*fixed, *STATUS, "metrics", "recent_runs", "snapshot", "masked_state")
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[tuple[Any, dict[str, Any]]]:
+        """Read-only, the state is shown masked (the form, for an editor, masks it itself)."""
+        fieldsets = self._fieldsets(obj)
+        if obj is None or self.has_change_permission(request, obj):
+            return fieldsets
+        return [(title, {**options, "fields": tuple("masked_state" if f == "state" else f for f in options["fields"])})
+                for title, options in fieldsets]
+
+    @admin.display(description=_("state"))
+    def masked_state(self, s: Schedule) -> str:
+        redaction = redaction_for(s.procedure)
+        return format_html('<pre class="proc-block" id="sched-state">{}</pre><p class="proc-muted">{}</p>',
+                           display.pretty_json(redaction.apply(s.state)), redaction.note)
 
     @admin.display(description=_("next tick"))
     def next_tick_detail(self, s: Schedule) -> str:

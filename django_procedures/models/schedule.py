@@ -139,6 +139,7 @@ def validation_errors(s: Schedule) -> dict[str, str]:
     """Field -> a sentence saying what to change; shared by ``clean()`` and ``register_schedule``."""
     from django_procedures import registry
     from django_procedures.exceptions import UnknownProcedureType
+    from django_procedures.policy.options import check_queue
 
     errors: dict[str, str] = {}
     try:
@@ -175,6 +176,11 @@ def validation_errors(s: Schedule) -> dict[str, str]:
         errors.update(ScheduleSettings(s.mode, s.max_concurrency, s.missed, s.max_pending).errors())
     except ValueError as error:
         errors["mode"] = str(error)
+    if s.queue:  # empty: the procedure class's queue
+        try:
+            check_queue(s.queue)
+        except (TypeError, ValueError) as error:
+            errors["queue"] = str(error)
     if not isinstance(s.state, dict):
         errors["state"] = "state must be a JSON object"
     else:

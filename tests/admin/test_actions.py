@@ -223,6 +223,37 @@ def test_each_action_has_its_own_permission(db):
     assert (status(pid), status(root)) == ("failed", "waiting")
 
 
+@pytest.mark.parametrize("perm", [RETRY, CANCEL])
+def test_an_action_permission_without_the_view_permission_is_not_enough(db, perm):
+    """Staff holding exactly one action permission: no confirmation page, no POST, no bulk action."""
+    (pid,) = failed()
+    root, _ = waiting_tree(1)
+    blind = client_for(staff("blind", perm))
+    for url in (retry_url, cancel_url):
+        for target in (pid, root):
+            assert blind.get(url(target)).status_code == 403
+            assert blind.post(url(target), {"post": "yes"}).status_code == 403
+    for action in ("retry_selected", "cancel_selected"):
+        assert act(blind, action, [pid, root]).status_code == 403
+        assert act(blind, action, [pid, root], confirm=True).status_code == 403
+    assert (status(pid), status(root)) == ("failed", "waiting")
+    assert not LogEntry.objects.exists()
+
+
+def test_the_confirmation_itself_checks_the_permission(rf, db):
+    """A way in that skipped the admin's own checks still cannot perform an action it may not."""
+    from django.contrib.admin import site
+    from django.core.exceptions import PermissionDenied
+
+    (pid,) = failed()
+    request = rf.post("/", {"post": "yes"})
+    request.user = staff("blind", RETRY)
+    admin = site._registry[ProcedureRun]
+    with pytest.raises(PermissionDenied):
+        admin.retry_selected(request, ProcedureRun.objects.filter(id=pid))
+    assert status(pid) == "failed"
+
+
 def test_a_post_without_the_csrf_token_is_refused(operator):
     (pid,) = failed()
     client = client_for(operator, enforce_csrf_checks=True)
