@@ -86,7 +86,8 @@ WITH picked AS ({picked}), claimed AS (
     INSERT INTO {lease} (procedure_id, token, worker, claimed_at, expires_at, outcome)
     SELECT id, lease_token, %(worker)s, clock_timestamp(), lease_expires_at, '' FROM claimed
 )
-SELECT {fields}, claimed.started_at + LEAST(s.max_run_time, interval '{longest} days')
+SELECT {fields}, CASE WHEN s.max_run_time IS NOT NULL  -- (LEAST ignores a NULL)
+    THEN claimed.started_at + LEAST(s.max_run_time, interval '{longest} days') END
 FROM claimed LEFT JOIN {schedule} AS s ON s.id = claimed.schedule_id
 ORDER BY claimed.priority DESC, claimed.run_at
 """

@@ -6,13 +6,13 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import DataError, IntegrityError, connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from django_procedures import clock
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.policy.schedule import TickDecision, decide_tick
 from django_procedures.store import broken, overdue
-from django_procedures.store.db import is_postgresql
+from django_procedures.store.db import is_conflict, is_disconnect, is_postgresql
 from django_procedures.store.schedules import run_rows
 from django_procedures.store.submit import insert, json_rows
 
@@ -92,7 +92,7 @@ def _tick_batch(due: list[Schedule], now: datetime, report: TickReport) -> list[
                                    pending=s.pending(), next_tick=s.cadence())
             rows = run_rows(s, decision.start, now) if decision.start else []
         except Exception as error:  # this schedule's definition, not the pass: the others go on
-            report.errors.append(f"{s.name}: {broken.record(s, error, now)}")
+            _record(s, error, now, report)
             stuck.append(s.id)
             continue
         planned.append(_Planned(s, decision, rows))
@@ -100,20 +100,47 @@ def _tick_batch(due: list[Schedule], now: datetime, report: TickReport) -> list[
     try:
         with transaction.atomic():  # a savepoint: a refused write must not end the pass's transaction
             stuck += _write(planned, now, report)
-    except (DataError, IntegrityError, OverflowError, ValueError):
+    except Exception as error:
+        if not _refused(error):
+            raise
         for p, values in zip(planned, before, strict=True):
-            for f, value in values.items():  # as read: the refused batch changed nothing
-                setattr(p.schedule, f, value)
-        for p in planned:  # find the schedule at fault; the rest tick as they would have in the batch
+            _restore(p.schedule, values)  # as read: the refused batch changed nothing
+        for p, values in zip(planned, before, strict=True):  # the one at fault is recorded; the rest tick
             try:
                 with transaction.atomic():
                     stuck += _write([p], now, report)
-            except (DataError, IntegrityError, OverflowError, ValueError) as error:
-                for f, value in before[planned.index(p)].items():
-                    setattr(p.schedule, f, value)
-                report.errors.append(f"{p.schedule.name}: {broken.record(p.schedule, error, now)}")
+            except Exception as error:
+                if not _refused(error):
+                    raise
+                _restore(p.schedule, values)
+                _record(p.schedule, error, now, report)
                 stuck.append(p.schedule.id)
     return stuck
+
+
+def _refused(error: Exception) -> bool:
+    """The database (or its driver) refused a value: one schedule's fault, not a lost connection or a deadlock."""
+    if isinstance(error, DatabaseError):
+        return not (is_disconnect(error) or is_conflict(error))
+    return isinstance(error, OverflowError | ValueError)
+
+
+def _restore(schedule: Schedule, values: dict[str, object]) -> None:
+    for name, value in values.items():
+        setattr(schedule, name, value)
+
+
+def _record(schedule: Schedule, error: Exception, now: datetime, report: TickReport) -> None:
+    """Record ``error`` on ``schedule``; if even that is refused, log it (the schedule is passed over)."""
+    report.errors.append(f"{schedule.name}: {broken.describe(schedule, error)}")
+    try:
+        with transaction.atomic():
+            broken.record(schedule, error, now)
+    except Exception as failure:
+        if not _refused(failure):
+            raise
+        logger.error("schedule %r cannot tick (%s), and the error cannot be recorded on it: %s", schedule.name,
+                     broken.describe(schedule, error), failure)
 
 
 def _write(planned: list[_Planned], now: datetime, report: TickReport) -> list[int]:
