@@ -200,8 +200,8 @@ def delete_schedules(ids: Sequence[int], *, by: str) -> Report:
         except InvalidOperation as error:
             refused.append((pk, str(error)))
             continue
-        changed.append((pk, f"Deleted from the admin: {len(deleted.cancelled)} unfinished runs cancelled, "
-                            f"{deleted.kept} finished runs kept."))
+        changed.append((pk, f"Deleted from the admin: {len(deleted.cancelled)} procedures cancelled (its unfinished "
+                            f"runs and their subtrees), {deleted.kept} finished runs kept."))
     return Report(tuple(changed), tuple(refused))
 
 

@@ -325,11 +325,11 @@ class _Chore:
     run: Callable[[], object]
     first_run: bool = True
     next_at: float = 0.0
+    #: The last run raised (its error was logged; the next ones of the streak are not).
+    failing: bool = False
 
     def __post_init__(self) -> None:
         self.next_at = time.monotonic() if self.first_run else time.monotonic() + self.interval
-
-    failing: bool = False
 
     def run_if_due(self) -> None:
         if time.monotonic() < self.next_at:

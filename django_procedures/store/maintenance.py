@@ -4,10 +4,15 @@ runs past their schedule's ``max_run_time``."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from django_procedures.store import locks, operations, overdue
-from django_procedures.store.leases import sweep_expired
+from django_procedures.store.db import is_disconnect
+from django_procedures.store.leases import SweepReport, sweep_expired
+
+T = TypeVar("T")
 
 logger = logging.getLogger("django_procedures.worker")
 
@@ -23,13 +28,36 @@ class MaintenanceReport:
 
 def maintain() -> MaintenanceReport:
     """Recover expired leases, wake key waiters whose keys are free, break lock key deadlocks, and cancel
-    runs past their schedule's ``max_run_time`` (ticker or not)."""
-    swept = sweep_expired()
-    woken = locks.wake_stranded()
+    runs past their schedule's ``max_run_time`` (ticker or not).
+
+    Each part runs even if an earlier one failed (a row the sweep cannot write
+    must not stop ``max_run_time``); the first error is raised at the end, so
+    the worker's chore logs it. A lost connection is raised at once.
+    """
+    errors: list[Exception] = []
+
+    def part(run: Callable[[], T], default: T) -> T:
+        try:
+            return run()
+        except Exception as error:
+            if is_disconnect(error):
+                raise
+            errors.append(error)
+            return default
+
+    swept = part(sweep_expired, SweepReport())
+    woken = part(locks.wake_stranded, 0)
+    broken = part(_break_deadlocks, 0)
+    timed_out = len(part(overdue.cancel_overdue, []))
+    if errors:
+        raise errors[0]
+    return MaintenanceReport(swept.resumed, swept.parked, woken, broken, timed_out)
+
+
+def _break_deadlocks() -> int:
     broken = 0
     for victims, message in locks.deadlocks():
         if operations.fail_waiting(victims, message):
             broken += 1
             logger.warning("%s", message)
-    timed_out = len(overdue.cancel_overdue())
-    return MaintenanceReport(swept.resumed, swept.parked, woken, broken, timed_out)
+    return broken

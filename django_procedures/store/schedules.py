@@ -284,7 +284,8 @@ def resume(schedule: Schedule | int | str) -> None:
 
 @dataclass(frozen=True)
 class Deleted:
-    """What :func:`delete_schedule` did: the runs it cancelled, and the finished runs it kept (unlinked)."""
+    """What :func:`delete_schedule` did: the procedures it cancelled (its unfinished runs and their
+    descendants), and how many finished runs it kept (unlinked)."""
 
     name: str
     cancelled: tuple[uuid.UUID, ...]
@@ -310,15 +311,16 @@ def delete_schedule(schedule: Schedule | int | str, *, by: str = "") -> Deleted:
         Schedule.objects.filter(id=s.id).update(enabled=False, disabled_reason="being deleted", pending_ticks=[],
                                                 next_tick_at=None)
         reason = f"deleting its schedule {s.name!r}" + (f" ({by})" if by else "")
+        unfinished = list(ProcedureRun.objects.filter(schedule_id=s.id, status__in=UNFINISHED)
+                          .values_list("id", flat=True))
         cancelled: list[uuid.UUID] = []
-        for procedure_id in ProcedureRun.objects.filter(schedule_id=s.id, status__in=UNFINISHED).values_list(
-                "id", flat=True):
+        for procedure_id in unfinished:
             cancelled += operations.cancel(procedure_id, by=reason).cancelled
-        kept = ProcedureRun.objects.filter(schedule_id=s.id).update(schedule=None)
+        kept = ProcedureRun.objects.filter(schedule_id=s.id).update(schedule=None) - len(unfinished)
         Schedule.objects.filter(id=s.id).delete()
     logger.info("schedule %r deleted%s: %d unfinished runs cancelled, %d finished runs kept", s.name,
-                f" by {by}" if by else "", len(cancelled), kept - len(cancelled))
-    return Deleted(s.name, tuple(cancelled), kept - len(cancelled))
+                f" by {by}" if by else "", len(unfinished), kept)
+    return Deleted(s.name, tuple(cancelled), kept)
 
 
 def stop_from_run(procedure_id: uuid.UUID, lease_token: int, reason: str) -> None:

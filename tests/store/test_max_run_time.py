@@ -90,3 +90,25 @@ def test_a_limit_raised_after_the_claim_is_read_again():
     assert cancel_overdue(T0 + 2 * LIMIT, ids=[held.id]) == []  # past the claim's deadline, not the new limit
     assert status_of(s) == "running"
     assert schedules.trigger("limited")["skipped"] == 1  # the slot is still taken
+
+
+@pytest.mark.postgres
+def test_a_failing_recovery_sweep_does_not_stop_the_rest_of_the_maintenance_pass():
+    from django.db import DatabaseError, connection
+    from django.utils import timezone
+
+    s = make()
+    tick(T0)
+    start_run(T0)
+    poisoned = Heartbeat.submit()
+    ProcedureRun.objects.filter(id=poisoned.id).update(status="running", lease_token=1, lease_owner="gone",
+                                                       lease_expires_at=timezone.now() - timedelta(hours=1),
+                                                       type_name="testapp.Poisoned", schedule=None)
+    with connection.cursor() as cursor:  # rolled back with the test's transaction
+        cursor.execute("CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                       "$$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$")
+        cursor.execute(f"CREATE TRIGGER test_refuse BEFORE UPDATE ON {ProcedureRun._meta.db_table} FOR EACH ROW "
+                       "WHEN (OLD.type_name = 'testapp.Poisoned') EXECUTE FUNCTION test_refuse()")
+    with clock.frozen_at(T0 + LIMIT + timedelta(seconds=1)), pytest.raises(DatabaseError, match="refused by"):
+        maintain()
+    assert status_of(s) == "cancelled", "the sweep failed, the max_run_time part still ran"
