@@ -22,6 +22,7 @@ from django_procedures.admin.reads import Node, Tree, lease_clock, load_tree, pr
 from django_procedures.admin.why import Reason, explain
 from django_procedures.conf import conf
 from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.tasks.runs import TYPE_PREFIX, is_task_type
 
 STEP_LIMIT = 500
 LEASE_LIMIT = 100
@@ -134,5 +135,7 @@ def page_context(run: ProcedureRun) -> dict[str, Any]:
         "output_json": None if run.output is None else pretty_json(redact(run.output, keys)),
         "lock_keys": [(name, mode) for name, mode in (run.lock_keys or [])],
         "duration": run_duration(run.started_at, run.finished_at, now),
+        # A task of Django's Tasks framework: its function; the state holds its arguments, the output its return value.
+        "task_function": run.type_name.removeprefix(TYPE_PREFIX) if is_task_type(run.type_name) else None,
         "now": now,
     }
