@@ -44,21 +44,24 @@ class Claim:
     schedule_id: int | None = None
     in_rollback: bool = False
     lock_keys: list[list[str]] = field(default_factory=list)
-    #: A scheduled run's ``started_at + max_run_time`` when claimed: its worker cancels it once past (None: no limit).
+    #: A scheduled run's ``max_run_time`` after its start (or manual retry) when claimed: its worker cancels it
+    #: once past (None: no limit).
     deadline: datetime | None = None
 
 
 _FIELDS = ["id", "type_name", "state", "step", "step_name", "attempt", "failures", "lost", "lease_token", "queue",
            "parent_id", "root_id", "depth", "suspension", "spawned_in", "schedule_id", "in_rollback", "lock_keys"]
 
-_DEADLINE = ("started_at", "schedule__max_run_time")
+_DEADLINE = ("started_at", "retried_at", "schedule__max_run_time")
 
 
-def _deadline(started_at: datetime | None, max_run_time: timedelta | None) -> datetime | None:
-    """``started_at + max_run_time``; a limit stored past validation counts as at most ``MAX_DURATION``."""
+def _deadline(started_at: datetime | None, retried_at: datetime | None,
+              max_run_time: timedelta | None) -> datetime | None:
+    """``max_run_time`` after the run started, or after its manual retry (later); a limit stored past
+    validation counts as at most ``MAX_DURATION``."""
     if started_at is None or max_run_time is None:
         return None
-    return started_at + min(max_run_time, MAX_DURATION)
+    return max(started_at, retried_at or started_at) + min(max_run_time, MAX_DURATION)
 
 
 # Due rows that need no lock key decision: no keys, or keys already held from an earlier claim.
@@ -87,7 +90,7 @@ WITH picked AS ({picked}), claimed AS (
     SELECT id, lease_token, %(worker)s, clock_timestamp(), lease_expires_at, '' FROM claimed
 )
 SELECT {fields}, CASE WHEN s.max_run_time IS NOT NULL  -- (LEAST ignores a NULL)
-    THEN claimed.started_at + LEAST(s.max_run_time, interval '{longest} days') END
+    THEN GREATEST(claimed.started_at, claimed.retried_at) + LEAST(s.max_run_time, interval '{longest} days') END
 FROM claimed LEFT JOIN {schedule} AS s ON s.id = claimed.schedule_id
 ORDER BY claimed.priority DESC, claimed.run_at
 """

@@ -4,7 +4,7 @@ Three passes enforce it, whichever comes first: the heartbeat of the worker
 holding the run (the claim carries the run's deadline), the maintenance pass
 every worker runs (runs in no worker's hands: waiting for children, retrying,
 released), and each scheduling pass. A run that has not started yet (queue
-wait) is never overdue.
+wait) is never overdue; a manually retried run counts from its retry.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from django.db.models import DateTimeField, ExpressionWrapper, F
+from django.db.models.functions import Coalesce, Greatest
 
 from django_procedures import clock
 from django_procedures.exceptions import InvalidOperation
@@ -41,7 +42,9 @@ def cancel_overdue(now: datetime | None = None, *, ids: Sequence[uuid.UUID] | No
     Returns the runs cancelled.
     """
     now = now or clock.now()
-    deadline = ExpressionWrapper(F("started_at") + F("schedule__max_run_time"), output_field=DateTimeField())
+    # A manual retry starts the count again (the run started before it failed).
+    start = Greatest("started_at", Coalesce("retried_at", "started_at"))
+    deadline = ExpressionWrapper(start + F("schedule__max_run_time"), output_field=DateTimeField())
     rows = (ProcedureRun.objects.filter(status__in=UNFINISHED, schedule__isnull=False,
                                         schedule__max_run_time__lte=MAX_DURATION, started_at__isnull=False)
             .alias(deadline=deadline).filter(deadline__lt=now))

@@ -112,3 +112,22 @@ def test_a_failing_recovery_sweep_does_not_stop_the_rest_of_the_maintenance_pass
     with clock.frozen_at(T0 + LIMIT + timedelta(seconds=1)), pytest.raises(DatabaseError, match="refused by"):
         maintain()
     assert status_of(s) == "cancelled", "the sweep failed, the max_run_time part still ran"
+
+
+def test_a_manual_retry_starts_the_count_again():
+    from django_procedures.policy.retry import FailDecision
+    from django_procedures.store import fence, operations
+
+    s = make()
+    tick(T0)
+    held = start_run(T0)
+    with clock.frozen_at(T0 + timedelta(seconds=5)):
+        fence.fail_attempt(held, None, "boom", "", FailDecision("boom", manual_retry=True))
+    with clock.frozen_at(T0 + 10 * LIMIT):  # long after the run first started
+        operations.retry(ProcedureRun.objects.get(schedule=s).id, by="ops")
+        assert maintain().timed_out == 0
+    assert status_of(s) == "ready"
+    again = start_run(T0 + 11 * LIMIT)
+    assert again.deadline == T0 + 11 * LIMIT  # from the retry (its queue wait after the retry counts)
+    with clock.frozen_at(T0 + 11 * LIMIT + timedelta(seconds=1)):
+        assert maintain().timed_out == 1
