@@ -14,6 +14,7 @@ from django.db.models import Q
 from django_procedures import clock
 from django_procedures.policy.cron import CronError, CronExpression
 from django_procedures.policy.schedule import Cadence, Missed, Mode, ScheduleSettings, every
+from django_procedures.policy.state import StateEncoder
 
 MODE_CHOICES = [(m.value, m.value.replace("_", " ")) for m in Mode]
 MISSED_CHOICES = [(m.value, m.value.replace("_", " ")) for m in Missed]
@@ -24,7 +25,8 @@ class Schedule(models.Model):
 
     name = models.CharField(max_length=200, unique=True)
     procedure = models.CharField(max_length=255, help_text="Type name of the procedure to start.")
-    state = models.JSONField(default=dict, blank=True, help_text="State of every run (a JSON object).")
+    state = models.JSONField(default=dict, blank=True, encoder=StateEncoder,
+                             help_text="State of every run (a JSON object).")
     mode = models.CharField(max_length=20, choices=MODE_CHOICES, default=Mode.FIXED_RATE)
     period = models.DurationField(null=True, blank=True)
     cron = models.CharField(max_length=100, blank=True)
