@@ -129,6 +129,22 @@ def is_disconnect(error: BaseException) -> bool:
     return isinstance(error, (OperationalError, InterfaceError))
 
 
+def own_connection_lost(error: BaseException) -> bool:
+    """The error means this thread's own connection to the default database is gone.
+
+    :func:`is_disconnect` judges the error alone, and an ``OperationalError``
+    from another database alias (a step's connection to another database, a
+    server that refused it) looks the same. This also asks the connection: a
+    session that ended leaves it closed (psycopg marks it so; Django drops a
+    connection it could not roll back). The caller must have opened the
+    connection before the code that raised ran.
+    """
+    if not is_disconnect(error):
+        return False
+    raw = connection.connection
+    return raw is None or bool(getattr(raw, "closed", False)) or bool(getattr(raw, "broken", False))
+
+
 def is_conflict(error: BaseException) -> bool:
     """A deadlock or serialization failure: the transaction may simply be run again."""
     return isinstance(error, DatabaseError) and sqlstate(error) in RETRYABLE_SQLSTATES

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,10 +16,11 @@ from django.utils import timezone
 from django_procedures import clock, signals
 from django_procedures.conf import conf
 from django_procedures.models import ProcedureRun
-from django_procedures.policy.state import check_state
+from django_procedures.policy.state import check_state, dumps
 from django_procedures.store.db import is_postgresql
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
+from django_procedures.store.schema import tables_required
 
 if TYPE_CHECKING:
     from django_procedures.handle import ProcedureHandle
@@ -174,9 +174,9 @@ def json_rows(fields: Sequence[Field[Any, Any]], objs: Sequence[Model]) -> tuple
         first = column[0]
         if db_type == "jsonb":
             # Compared as JSON: {"n": 1} == {"n": True} in Python.
-            text = None if first is None else json.dumps(first)
+            text = None if first is None else dumps(first)
             if all(v == first for v in column) and all(
-                    (None if v is None else json.dumps(v)) == text for v in column):
+                    (None if v is None else dumps(v)) == text for v in column):
                 items.append("%s::jsonb")
                 constants.append(text)
             else:
@@ -188,7 +188,7 @@ def json_rows(fields: Sequence[Field[Any, Any]], objs: Sequence[Model]) -> tuple
         else:
             items.append(f"(r->>{len(varying)})::{cast}")
             varying.append(column)
-    payload = json.dumps(list(zip(*varying, strict=True)) if varying else [[] for _ in objs], default=_json_default)
+    payload = dumps(list(zip(*varying, strict=True)) if varying else [[] for _ in objs], default=_json_default)
     return f"SELECT {', '.join(items)} FROM jsonb_array_elements(%s::jsonb) AS r", [*constants, payload]
 
 
@@ -213,10 +213,11 @@ def submit_many(
     if len(keys) != len(states):
         raise ValueError(f"got {len(states)} states but {len(keys)} keys; pass one key (or None) per state")
     now = clock.now()
-    tree = _parent(parent)
-    rows = [
-        build_row(cls, state, key=key, queue=queue, priority=priority, run_after=run_after, now=now, parent=tree,
-                  where="state" if len(states) == 1 else f"states[{i}]")
-        for i, (state, key) in enumerate(zip(states, keys, strict=True))
-    ]
-    return [ProcedureHandle(pid) for pid in insert(rows)]
+    with tables_required():  # an unmigrated database: say so, rather than "relation ... does not exist"
+        tree = _parent(parent)
+        rows = [
+            build_row(cls, state, key=key, queue=queue, priority=priority, run_after=run_after, now=now, parent=tree,
+                      where="state" if len(states) == 1 else f"states[{i}]")
+            for i, (state, key) in enumerate(zip(states, keys, strict=True))
+        ]
+        return [ProcedureHandle(pid) for pid in insert(rows)]
