@@ -16,7 +16,7 @@ from django.utils import timezone
 from django_procedures import clock, signals
 from django_procedures.conf import conf
 from django_procedures.models import ProcedureRun
-from django_procedures.policy.state import check_state, dumps
+from django_procedures.policy.state import check_state, dumps, find_problem
 from django_procedures.store.db import is_postgresql
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
@@ -73,6 +73,9 @@ def lock_keys_of(cls: type[Procedure], state: dict[str, Any]) -> list[list[str]]
         if not isinstance(name, str) or not name or mode not in ("exclusive", "shared"):
             raise TypeError(f"{cls.__qualname__}.lock_keys() must return LockKey.exclusive(name) or "
                             f"LockKey.shared(name) values; got {key!r}")
+        problem = find_problem(name, f"the lock key name {name!r}")
+        if problem:
+            raise TypeError(f"{cls.__qualname__}.lock_keys() returned a key that cannot be stored: {problem}")
         if len(name) > 255:
             raise TypeError(f"{cls.__qualname__}.lock_keys() returned a key name of {len(name)} characters; "
                             "key names are at most 255 characters (hash long ones)")

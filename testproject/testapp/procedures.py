@@ -593,3 +593,6 @@ class RollsBackAfterPause(Procedure):
     def rollback(self, ctx):
         _pause(self, ctx, "rollback")
         _effect(ctx, "rollback")
+
+
+from testproject.testapp.faults import *  # noqa: E402, F403 - registers the misbehaving procedures
