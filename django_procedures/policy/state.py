@@ -10,9 +10,10 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
-#: Deepest nesting of dicts and lists a state or output may have (the outermost one counts). The runtime copies state with
-#: ``copy.deepcopy`` and Python's JSON codec recurses once per level, both under the interpreter's
-#: recursion limit (1,000 frames): 100 levels leave room for the frames already on the stack.
+#: Deepest nesting of dicts and lists a state or output may have (the outermost one counts). The
+#: runtime copies state with ``copy.deepcopy`` and Python's JSON codec recurses once per level, both
+#: under the interpreter's recursion limit (1,000 frames): 100 levels leave room for the frames
+#: already on the stack.
 MAX_DEPTH = 100
 
 #: Most digits PostgreSQL's ``numeric`` (which ``jsonb`` numbers are) holds before the decimal point.

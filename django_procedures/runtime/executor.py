@@ -27,7 +27,7 @@ from django_procedures.runtime.running import (
     trace_text,
 )
 from django_procedures.store import fence
-from django_procedures.store.db import is_conflict, is_disconnect, own_connection_lost
+from django_procedures.store.db import is_conflict, is_disconnect, own_connection_lost, session
 
 __all__ = ["Outcome", "RunningClaim", "execute", "fail_overdue", "record_crash"]
 
@@ -208,7 +208,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         running.current, running.step_index, running.step_attempt = spec, index, attempt
         running.step_started_at = started
         running.deadline = None if spec.timeout is None else t0 + spec.timeout
-        connection.ensure_connection()  # so that own_connection_lost() can tell whose connection failed
+        before = session()  # so that own_connection_lost() can tell whose connection failed
         running.in_step = True
         try:
             activity.check()
@@ -222,7 +222,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         except NotActive as error:
             raise _Interrupted() from error
         except BaseException as error:  # a step is foreign code: SystemExit, CancelledError... end the attempt
-            if own_connection_lost(error):
+            if own_connection_lost(error, before):
                 raise  # the worker's connection died under the step: not its failure (see execute)
             record = fence.StepRecord(index, spec.name, attempt, started, clock.now())
             raise _StepFailed(record, error, trace_text()) from error

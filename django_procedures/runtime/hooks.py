@@ -23,7 +23,7 @@ from django_procedures.runtime.running import (
     trace_text,
 )
 from django_procedures.store import fence, tree
-from django_procedures.store.db import own_connection_lost
+from django_procedures.store.db import own_connection_lost, session
 
 
 def _context(running: RunningClaim, step_name: str) -> Context:
@@ -52,6 +52,7 @@ def handle_children(procedure: Procedure, cls: type[Procedure], running: Running
     while True:
         running.children = tuple(tree.children_of(claim.id, claim.suspension))
         for child in tree.unhandled_failures(claim.id, claim.suspension):
+            before = session()
             try:
                 running.activity.check()
                 procedure.on_child_failed(_context(running, "on_child_failed"), child)
@@ -61,7 +62,7 @@ def handle_children(procedure: Procedure, cls: type[Procedure], running: Running
             except NotActive:
                 return interrupted(running)
             except BaseException as error:  # foreign code: SystemExit, CancelledError... fail like any error
-                if own_connection_lost(error):
+                if own_connection_lost(error, before):
                     raise  # not the hook's failure: the executor reconnects and runs the claim again
                 procedure.state = copy.deepcopy(claim.state)
                 return fail_now(procedure, cls, running, error_text(error), trace_text())
@@ -80,7 +81,7 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
     started = clock.now()
     running.current = None  # a shutdown now releases the procedure; its rollback resumes elsewhere
     record = fence.StepRecord(claim.step, "rollback", claim.attempt, started, started)
-    transaction.get_connection().ensure_connection()  # so that own_connection_lost() can tell whose failed
+    before = session()  # so that own_connection_lost() can tell whose connection failed
     try:
         with transaction.atomic() if cls.rollback_atomic else nullcontext():
             running.activity.check()
@@ -94,7 +95,7 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
     except LeaseLost:
         raise
     except BaseException as error:  # foreign code: SystemExit, CancelledError... a failed rollback attempt
-        if own_connection_lost(error):
+        if own_connection_lost(error, before):
             raise  # not the rollback's failure: the executor reconnects and runs it again
         record = fence.StepRecord(claim.step, "rollback", claim.attempt, started, clock.now())
         retryable = not isinstance(error, (NonRetryable, *cls.retry.non_retryable))

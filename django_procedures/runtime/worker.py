@@ -165,7 +165,7 @@ class Worker:
             names = self.crew.replace_dead()
         for name in names:
             logger.error("worker %s: executor thread %s died; started a new one", self.id, name)
-        if not self.heartbeat.is_alive():
+        if self.heartbeat.ident is not None and not self.heartbeat.is_alive():
             logger.error("worker %s: the heartbeat thread died; started a new one", self.id)
             self.heartbeat = self._heartbeat()
             self.heartbeat.start()

@@ -129,20 +129,27 @@ def is_disconnect(error: BaseException) -> bool:
     return isinstance(error, (OperationalError, InterfaceError))
 
 
-def own_connection_lost(error: BaseException) -> bool:
-    """The error means this thread's own connection to the default database is gone.
+def session() -> Any:
+    """This thread's open session on the default database (opened if need be), for :func:`own_connection_lost`."""
+    connection.ensure_connection()
+    return connection.connection
+
+
+def own_connection_lost(error: BaseException, before: Any) -> bool:
+    """The error means this thread's own connection to the default database was lost since ``before``.
 
     :func:`is_disconnect` judges the error alone, and an ``OperationalError``
     from another database alias (a step's connection to another database, a
-    server that refused it) looks the same. This also asks the connection: a
-    session that ended leaves it closed (psycopg marks it so; Django drops a
-    connection it could not roll back). The caller must have opened the
-    connection before the code that raised ran.
+    server that refused it) looks the same. This also asks the connection:
+    the session ``before`` (from :func:`session`, taken before the code that
+    raised ran) must have ended: closed, or replaced (Django reconnects on
+    the way out of an ``atomic()`` block whose rollback failed).
     """
     if not is_disconnect(error):
         return False
     raw = connection.connection
-    return raw is None or bool(getattr(raw, "closed", False)) or bool(getattr(raw, "broken", False))
+    return (raw is None or raw is not before or bool(getattr(raw, "closed", False))
+            or bool(getattr(raw, "broken", False)))
 
 
 def is_conflict(error: BaseException) -> bool:
