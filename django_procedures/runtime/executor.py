@@ -274,10 +274,11 @@ def _suspend(procedure: Procedure, claim: Any, records: list[fence.StepRecord], 
 def _normalise(result: Any, cls: type[Procedure]) -> Status:
     if result is None:
         return Status.done() if cls.uses_execute() else Status.executing()
-    if not isinstance(result, Status):
+    if not isinstance(result, Status) or result.kind not in ("executing", "suspended", "done"):
         raise TypeError(f"a step must return None or a Status (Status.executing(), Status.done(...)); "
                         f"got {type(result).__name__}")
-    return result
+    # A plain copy, read here inside the step's try: what the executor reads later can no longer raise.
+    return Status(result.kind, persist=bool(result.persist), children=tuple(result.children), output=result.output)
 
 
 def _record_failure(procedure: Procedure, cls: type[Procedure], running: RunningClaim,
