@@ -166,9 +166,9 @@ def empty_database():
 
 def test_a_worker_on_an_unmigrated_database_exits_and_says_to_migrate(workers, empty_database):
     w = workers.start(procedures=FAST, env={"DATABASE_URL": empty_database})
-    assert w.wait(60) != 0
+    assert w.wait(60) == 1
     log = w.log()
-    assert "manage.py migrate" in log and "django_procedures_procedurerun" in log, log
+    assert "CommandError" in log and "manage.py migrate" in log and "django_procedures_procedurerun" in log, log
 
 
 def test_a_submit_to_an_unmigrated_database_says_to_migrate(empty_database):
