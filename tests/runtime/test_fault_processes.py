@@ -102,6 +102,21 @@ def test_a_killed_executor_thread_is_replaced_and_its_claim_not_kept_alive(worke
     assert stop(w) == 0
 
 
+def test_a_sigterm_does_not_release_the_claim_of_a_dead_thread_uncounted(workers, tmp_path):
+    marker = tmp_path / "killed"
+    handle = KillsItsThread.submit({"marker": str(marker)})
+    a = workers.start("--concurrency", "1", procedures=FAST)
+    wait_for(lambda: read_pid(marker) == a.pid, timeout=30, workers=workers, what="the step to start")
+    assert stop(a) == 0  # the thread is dead or dying: its claim must be left to expire, not released
+
+    b = workers.start("--concurrency", "1", procedures=FAST)
+    wait_final([handle.id], timeout=90, workers=workers)
+    assert status_of(handle.id) == "done"
+    first, *_ = lease_outcomes(handle.id)
+    assert first in ("expired", "retried"), lease_outcomes(handle.id)  # counted: lost, or a failed attempt
+    assert stop(b) == 0
+
+
 # -- 5. Outcomes the database cannot take as they are ------------------------------------------------------
 
 
