@@ -136,12 +136,9 @@ class Worker:
             return list(self.running.values())
 
     def _in_flight(self) -> list[RunningClaim]:
-        """The claims whose leases the heartbeat renews: those still waiting for a thread or worked on.
+        """The claims the heartbeat renews: waiting for a thread, or worked on by a live one (``Crew``).
 
-        A claim whose executor thread died (or moved on without ending it) is
-        dropped here: its lease is no longer renewed, so it expires and the
-        attempt counts as lost (``RetryPolicy.max_lost``) instead of being held
-        for ever.
+        Any other is dropped: its lease expires and the attempt counts as lost, never held for ever.
         """
         with self._lock:
             dead = [r for r in self.running.values() if not self.crew.working_on(r)]
@@ -154,7 +151,7 @@ class Worker:
             r.activity.lose("the executor thread running it died")
             self.stats["lost"] += 1
             logger.error("procedure %s: executor thread %s died while running it; its lease is no longer renewed "
-                         "and will expire (a lost attempt)", r.claim.id, r.owner.name if r.owner else "?",
+                         "and will expire (a lost attempt)", r.claim.id, r.owner and r.owner.name,
                          extra=log_extra(r.claim))
         if replace and not self._stopping.is_set():
             self.waker.wake()  # the main loop starts new threads
@@ -362,6 +359,7 @@ class Worker:
         """Raise ``ProceduresNotMigrated`` if the tables are missing; False when the database cannot be asked."""
         try:
             require_tables()
+            return True
         except DatabaseError as error:
             if is_disconnect(error):
                 watch.lost(error, "start-up")
@@ -369,7 +367,6 @@ class Worker:
                 logger.warning("worker %s: could not check the tables: %s", self.id, error)
             connection.close()
             return False
-        return True
 
     def _report_unknown_types(self) -> None:
         try:
