@@ -56,3 +56,7 @@ class InvalidOperation(ProceduresError):
 
 class ProceduresConfigError(ImproperlyConfigured):
     """Misconfiguration found at start-up."""
+
+
+class ProceduresNotMigrated(ProceduresConfigError):
+    """The database lacks django-procedures' tables: run ``manage.py migrate``."""

@@ -97,6 +97,10 @@ def sqlite_database(path: str) -> dict:
 
 
 DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL", "sqlite:///var/demo.sqlite3"))}
+# OTHER_DATABASE_URL adds a second alias, "other", for tests whose steps use another database (worker
+# subprocesses only: the test run itself never sets it, so pytest creates no test database for it).
+if os.environ.get("OTHER_DATABASE_URL"):
+    DATABASES["other"] = database_from_url(os.environ["OTHER_DATABASE_URL"])
 
 # PROCEDURES_JSON (a JSON object) lets tests configure worker subprocesses, e.g. {"SWEEP_SECONDS": 0.5}.
 PROCEDURES = json.loads(os.environ.get("PROCEDURES_JSON") or "{}")

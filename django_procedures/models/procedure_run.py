@@ -10,6 +10,7 @@ from django.db import models
 from django.db.models import Q
 from model_utils.fields import AutoCreatedField
 
+from django_procedures.policy.state import StateEncoder
 from django_procedures.policy.status import CLAIMABLE, FINAL, LEASED, RunStatus
 
 STATUS_CHOICES = [(s.value, s.value.replace("_", " ")) for s in RunStatus]
@@ -42,7 +43,7 @@ class ProcedureRun(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     type_name = models.CharField(max_length=255)
-    state = models.JSONField(default=dict)
+    state = models.JSONField(default=dict, encoder=StateEncoder)
     status = models.CharField(max_length=20, choices=STATUS_CHOICES, default=RunStatus.READY)
 
     # Position: `step` steps are committed; `step_name` is the next one to run.
@@ -94,7 +95,7 @@ class ProcedureRun(models.Model):
                                  related_name="procedure_runs", db_index=False)
     tick_at = models.DateTimeField(null=True, blank=True, help_text="The schedule tick this run stands for.")
 
-    output = models.JSONField(null=True, blank=True)
+    output = models.JSONField(null=True, blank=True, encoder=StateEncoder)
     error = models.TextField(blank=True)
     traceback = models.TextField(blank=True)
     failed_step = models.CharField(max_length=255, blank=True)

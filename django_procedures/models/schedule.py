@@ -15,6 +15,7 @@ from django_procedures import clock
 from django_procedures.policy.cron import CronError, CronExpression
 from django_procedures.policy.schedule import Cadence, Missed, Mode, ScheduleSettings, every
 from django_procedures.policy.schedule_args import MAX_CONCURRENCY, duration_problem
+from django_procedures.policy.state import StateEncoder
 
 #: What computing a schedule's ticks can raise for a definition stored past validation (a cron expression
 #: or time zone this process cannot read, a time past ``datetime.max``).
@@ -29,7 +30,8 @@ class Schedule(models.Model):
 
     name = models.CharField(max_length=200, unique=True)
     procedure = models.CharField(max_length=255, help_text="Type name of the procedure to start.")
-    state = models.JSONField(default=dict, blank=True, help_text="State of every run (a JSON object).")
+    state = models.JSONField(default=dict, blank=True, encoder=StateEncoder,
+                             help_text="State of every run (a JSON object).")
     mode = models.CharField(max_length=20, choices=MODE_CHOICES, default=Mode.FIXED_RATE)
     period = models.DurationField(null=True, blank=True)
     cron = models.CharField(max_length=100, blank=True)

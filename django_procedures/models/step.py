@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from django_procedures.policy.state import StateEncoder
 from django_procedures.policy.status import StepStatus
 
 
@@ -23,7 +24,7 @@ class Step(models.Model):
     finished_at = models.DateTimeField()
     error = models.TextField(blank=True)
     # The state this attempt committed (done steps only).
-    state = models.JSONField(null=True, blank=True)
+    state = models.JSONField(null=True, blank=True, encoder=StateEncoder)
 
     class Meta:
         ordering = ["procedure", "index", "attempt"]

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import copy
 import time
-import traceback as tb
 from functools import partial
 from typing import Any
 
-from django.db import DatabaseError, Error, transaction
+from django.db import DatabaseError, Error, connection, transaction
 
 from django_procedures import clock, registry
 from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
@@ -17,11 +16,20 @@ from django_procedures.policy.state import find_problem
 from django_procedures.procedure import Procedure, Status, StepSpec
 from django_procedures.runtime import hooks, reconnect
 from django_procedures.runtime.context import Context
-from django_procedures.runtime.running import Outcome, RunningClaim, error_text, interrupted, log_extra, logger
+from django_procedures.runtime.running import (
+    Outcome,
+    RunningClaim,
+    error_text,
+    interrupted,
+    log_extra,
+    logger,
+    manual_retry_of,
+    trace_text,
+)
 from django_procedures.store import fence
-from django_procedures.store.db import is_conflict, is_disconnect
+from django_procedures.store.db import is_conflict, is_disconnect, own_connection_lost, session
 
-__all__ = ["Outcome", "RunningClaim", "execute", "fail_overdue"]
+__all__ = ["Outcome", "RunningClaim", "execute", "fail_overdue", "record_crash"]
 
 
 #: Times an atomic step's transaction is run again after a deadlock or serialization failure.
@@ -30,7 +38,7 @@ _CONFLICT_TRIES = 5
 
 class _StepFailed(Exception):
     def __init__(self, record: fence.StepRecord, error: BaseException, trace: str) -> None:
-        super().__init__(str(error))
+        super().__init__(error_text(error))
         self.record, self.error, self.trace = record, error, trace
 
 
@@ -126,7 +134,7 @@ def _execute(running: RunningClaim) -> Outcome:
         # Still ours: the database refused the step's transaction (cut while idle, or a conflict that kept
         # coming back). That is a failed attempt, recorded on a fresh connection and retried by the policy.
         record = fence.StepRecord(claim.step, claim.step_name, claim.attempt, clock.now(), clock.now())
-        failed = _StepFailed(record, DatabaseError(_database_hint(error)), tb.format_exc())
+        failed = _StepFailed(record, DatabaseError(_database_hint(error)), trace_text())
         try:
             return _record_failure(procedure, cls, running, failed)
         except LeaseLost:
@@ -200,6 +208,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         running.current, running.step_index, running.step_attempt = spec, index, attempt
         running.step_started_at = started
         running.deadline = None if spec.timeout is None else t0 + spec.timeout
+        before = session()  # so that own_connection_lost() can tell whose connection failed
         running.in_step = True
         try:
             activity.check()
@@ -209,21 +218,19 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             if spec.timeout is not None and elapsed > spec.timeout:
                 raise TimeoutError(f"step {spec.name} ran {elapsed:.1f}s, past its timeout of {spec.timeout}s")
             activity.check_lease()
+            problem = _unstorable(procedure, status)  # walks what the step left: it may hold foreign objects
         except NotActive as error:
             raise _Interrupted() from error
-        except Exception as error:
-            if is_disconnect(error):
-                raise  # the connection died under the step: not its failure (see execute)
+        except BaseException as error:  # a step is foreign code: SystemExit, CancelledError... end the attempt
+            if own_connection_lost(error, before):
+                raise  # the worker's connection died under the step: not its failure (see execute)
             record = fence.StepRecord(index, spec.name, attempt, started, clock.now())
-            raise _StepFailed(record, error, tb.format_exc()) from error
+            raise _StepFailed(record, error, trace_text()) from error
         finally:
             running.in_step, running.deadline = False, None
         record = fence.StepRecord(index, spec.name, attempt, started, clock.now())
         records.append(record)
         following = None if status.kind == "done" else _next_step(cls, spec)
-        problem = find_problem(procedure.state)
-        if problem is None and status.kind == "done":
-            problem = find_problem(status.output, "output")
         if problem:
             raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
         if status.kind == "suspended" and status.children:
@@ -239,6 +246,16 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         return None
 
 
+def _unstorable(procedure: Procedure, status: Status) -> str | None:
+    """Why the state (or a final output) a step left cannot be stored, or None."""
+    if not isinstance(procedure.state, dict):
+        return f"state is a {type(procedure.state).__name__}; it must be a dict (a JSON object)"
+    problem = find_problem(procedure.state)
+    if problem is None and status.kind == "done":
+        problem = find_problem(status.output, "output")
+    return problem
+
+
 def _suspend(procedure: Procedure, claim: Any, records: list[fence.StepRecord], following: StepSpec | None,
              status: Status, record: fence.StepRecord) -> None:
     bad = [c for c in status.children if not isinstance(c, Procedure) or type(c).abstract]
@@ -248,26 +265,27 @@ def _suspend(procedure: Procedure, claim: Any, records: list[fence.StepRecord], 
             f"got {bad[0]!r}"), "")
     try:
         rows = fence.child_rows(claim, status.children)
-    except Exception as error:  # a child's state, options or lock keys were refused; nothing was written
+    except BaseException as error:  # a child's state, options or lock keys were refused; nothing was written
         raise _StepFailed(record, NonRetryable(f"cannot submit the children: {error_text(error)}"),
-                          tb.format_exc()) from error
+                          trace_text()) from error
     fence.suspend(claim, records, procedure.state, following.name if following else "", rows)
 
 
 def _normalise(result: Any, cls: type[Procedure]) -> Status:
     if result is None:
         return Status.done() if cls.uses_execute() else Status.executing()
-    if not isinstance(result, Status):
+    if not isinstance(result, Status) or result.kind not in ("executing", "suspended", "done"):
         raise TypeError(f"a step must return None or a Status (Status.executing(), Status.done(...)); "
                         f"got {type(result).__name__}")
-    return result
+    # A plain copy, read here inside the step's try: what the executor reads later can no longer raise.
+    return Status(result.kind, persist=bool(result.persist), children=tuple(result.children), output=result.output)
 
 
 def _record_failure(procedure: Procedure, cls: type[Procedure], running: RunningClaim,
                     failed: _StepFailed) -> Outcome:
     claim, error = running.claim, failed.error
     retryable = not isinstance(error, (NonRetryable, *cls.retry.non_retryable))
-    manual_retry = getattr(error, "manual_retry", True)
+    manual_retry = manual_retry_of(error)
     decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=retryable,
                               manual_retry=manual_retry)
     if not isinstance(decision, RetryDecision):
@@ -302,3 +320,35 @@ def fail_overdue(running: RunningClaim) -> bool:
     except LeaseLost:
         return False
     return True
+
+
+def record_crash(running: RunningClaim, error: BaseException, trace: str) -> Outcome:
+    """Last resort once :func:`execute` itself raised: record a failed attempt whose text can be stored.
+
+    It counts against ``max_attempts`` like any failed attempt (a rollback is
+    left to the next claim). When even that cannot be written the claim is
+    LOST: its lease expires and another worker resumes it, counted against
+    ``max_lost``.
+    """
+    claim = running.claim
+    where = "the rollback" if claim.in_rollback else f"step {claim.step_name}"
+    message = f"the worker could not record the outcome of {where}: {error_text(error)}"
+    connection.close()  # whatever went wrong may have left the connection broken or mid-transaction
+    try:
+        cls = registry.get(claim.type_name)
+        now = clock.now()
+        record = fence.StepRecord(claim.step, "rollback" if claim.in_rollback else claim.step_name, claim.attempt,
+                                  running.step_started_at or now, now)
+        decision = decide_failure(cls.retry, failures_before=claim.failures, now=now, retryable=True)
+        if claim.in_rollback:
+            fence.fail_rollback(claim, record, message, decision)
+        else:
+            fence.fail_attempt(claim, record, message, trace, decision, rollback=cls.has_rollback(), hand_off=True)
+    except LeaseLost:
+        return Outcome.LOST
+    except Exception:
+        logger.exception("procedure %s: could not record the failed attempt either; its lease will expire and "
+                         "another worker will resume it", claim.id, extra=log_extra(claim))
+        connection.close()
+        return Outcome.LOST
+    return Outcome.RETRIED if isinstance(decision, RetryDecision) else Outcome.FAILED

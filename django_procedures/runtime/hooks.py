@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import traceback as tb
 from contextlib import nullcontext
 
 from django.db import transaction
@@ -14,9 +13,17 @@ from django_procedures.policy.retry import FailDecision, RetryDecision, decide_f
 from django_procedures.policy.state import find_problem
 from django_procedures.procedure import Procedure
 from django_procedures.runtime.context import Context
-from django_procedures.runtime.running import Outcome, RunningClaim, error_text, interrupted, logger
+from django_procedures.runtime.running import (
+    Outcome,
+    RunningClaim,
+    error_text,
+    interrupted,
+    logger,
+    manual_retry_of,
+    trace_text,
+)
 from django_procedures.store import fence, tree
-from django_procedures.store.db import is_disconnect
+from django_procedures.store.db import own_connection_lost, session
 
 
 def _context(running: RunningClaim, step_name: str) -> Context:
@@ -45,6 +52,7 @@ def handle_children(procedure: Procedure, cls: type[Procedure], running: Running
     while True:
         running.children = tuple(tree.children_of(claim.id, claim.suspension))
         for child in tree.unhandled_failures(claim.id, claim.suspension):
+            before = session()
             try:
                 running.activity.check()
                 procedure.on_child_failed(_context(running, "on_child_failed"), child)
@@ -53,11 +61,11 @@ def handle_children(procedure: Procedure, cls: type[Procedure], running: Running
                     raise NonRetryable(f"cannot save the state on_child_failed left: {problem}")
             except NotActive:
                 return interrupted(running)
-            except Exception as error:
-                if is_disconnect(error):
+            except BaseException as error:  # foreign code: SystemExit, CancelledError... fail like any error
+                if own_connection_lost(error, before):
                     raise  # not the hook's failure: the executor reconnects and runs the claim again
                 procedure.state = copy.deepcopy(claim.state)
-                return fail_now(procedure, cls, running, error_text(error), tb.format_exc())
+                return fail_now(procedure, cls, running, error_text(error), trace_text())
             fence.handled_child_failure(claim, child.id, copy.deepcopy(procedure.state))
         verdict = fence.wait_or_continue(claim)
         if verdict == "waiting":
@@ -73,6 +81,7 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
     started = clock.now()
     running.current = None  # a shutdown now releases the procedure; its rollback resumes elsewhere
     record = fence.StepRecord(claim.step, "rollback", claim.attempt, started, started)
+    before = session()  # so that own_connection_lost() can tell whose connection failed
     try:
         with transaction.atomic() if cls.rollback_atomic else nullcontext():
             running.activity.check()
@@ -85,13 +94,13 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
         return interrupted(running)
     except LeaseLost:
         raise
-    except Exception as error:
-        if is_disconnect(error):
+    except BaseException as error:  # foreign code: SystemExit, CancelledError... a failed rollback attempt
+        if own_connection_lost(error, before):
             raise  # not the rollback's failure: the executor reconnects and runs it again
         record = fence.StepRecord(claim.step, "rollback", claim.attempt, started, clock.now())
         retryable = not isinstance(error, (NonRetryable, *cls.retry.non_retryable))
         decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=retryable,
-                                  manual_retry=getattr(error, "manual_retry", True))
+                                  manual_retry=manual_retry_of(error))
         fence.fail_rollback(claim, record, error_text(error), decision)
         logger.warning("procedure %s: rollback attempt %s failed: %s", claim.id, claim.attempt, error_text(error))
         return Outcome.RETRIED if isinstance(decision, RetryDecision) else Outcome.FAILED

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import traceback as tb
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from django_procedures.policy.text import describe
 from django_procedures.procedure import StepSpec
 from django_procedures.runtime.context import Activity
 from django_procedures.store import fence
@@ -49,6 +52,8 @@ class RunningClaim:
     taken_at: float | None = None
     #: Given back unstarted (see ``policy.prefetch``): the thread that dequeues it skips it.
     given_back: bool = False
+    #: The executor thread that took it up (None while prefetched); see ``runtime.crew``.
+    owner: threading.Thread | None = None
 
 
 def log_extra(claim: Claim) -> dict[str, Any]:
@@ -57,8 +62,24 @@ def log_extra(claim: Claim) -> dict[str, Any]:
 
 
 def error_text(error: BaseException) -> str:
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    """``"<Type>: <message>"``, safe to store whatever the exception does (see ``policy.text.describe``)."""
+    return describe(error)
+
+
+def manual_retry_of(error: BaseException) -> bool:
+    """``error.manual_retry`` (``NonRetryable(..., manual_retry=False)``); True if it has none, or it raises."""
+    try:
+        return bool(getattr(error, "manual_retry", True))
+    except BaseException:  # foreign code
+        return True
+
+
+def trace_text() -> str:
+    """The traceback of the exception being handled, or "" if even formatting it fails."""
+    try:
+        return tb.format_exc()
+    except BaseException:  # a hostile exception must not stop its failure being recorded
+        return ""
 
 
 def interrupted(running: RunningClaim) -> Outcome:

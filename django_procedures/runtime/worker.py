@@ -15,17 +15,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection
 from django.db.backends.signals import connection_created
 
 from django_procedures import clock, registry
 from django_procedures.conf import conf
-from django_procedures.exceptions import LeaseLost
+from django_procedures.exceptions import LeaseLost, ProceduresNotMigrated
 from django_procedures.policy.prefetch import GIVE_BACK_SECONDS, Prefetch, stale, to_claim
 from django_procedures.policy.retry import FailDecision
-from django_procedures.runtime.executor import Outcome, RunningClaim, execute
+from django_procedures.runtime.connections import (
+    APPLICATION_NAME_PREFIX,
+    application_name,
+    configure_connection,
+    name_connection,
+)
+from django_procedures.runtime.crew import Crew
+from django_procedures.runtime.executor import Outcome, RunningClaim, execute, record_crash
 from django_procedures.runtime.heartbeat import Heartbeat
 from django_procedures.runtime.outage import watch
+from django_procedures.runtime.running import log_extra, trace_text
 from django_procedures.runtime.shutdown import graceful_signals
 from django_procedures.runtime.wakeup import Waker
 from django_procedures.store import fence
@@ -33,9 +41,12 @@ from django_procedures.store.claim import claim, next_due, unknown_types
 from django_procedures.store.db import is_conflict, is_disconnect
 from django_procedures.store.maintenance import maintain
 from django_procedures.store.schedules import sync_declared
+from django_procedures.store.schema import is_missing_table, require_tables
 from django_procedures.store.ticks import next_tick_due, tick
 
 logger = logging.getLogger("django_procedures.worker")
+
+__all__ = ["APPLICATION_NAME_PREFIX", "Worker", "WorkerOptions", "application_name", "new_worker_id"]
 
 
 @dataclass(frozen=True)
@@ -74,33 +85,35 @@ class Worker:
         self.waker = Waker(listen=connection.vendor == "postgresql" and bool(conf.LISTEN_NOTIFY),
                            queues=options.queues, poll_seconds=float(conf.POLL_SECONDS),
                            application_name=application_name(self.id, "listen"))
-        self.heartbeat = Heartbeat(self.snapshot, lease_seconds=options.lease_seconds,
-                                   renewal_timeout=min(conf.renewal_timeout, options.lease_seconds * 2 / 3))
+        self.crew = Crew(options.concurrency, self._executor_loop)
+        self.heartbeat = self._heartbeat()
+
+    def _heartbeat(self) -> Heartbeat:
+        return Heartbeat(self._in_flight, lease_seconds=self.options.lease_seconds,
+                         renewal_timeout=min(conf.renewal_timeout, self.options.lease_seconds * 2 / 3))
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def run(self) -> int:
         idle_timeout = conf.IDLE_IN_TRANSACTION_TIMEOUT_SECONDS or 2 * self.options.lease_seconds
-        configure = functools.partial(_configure_connection, idle_timeout=float(idle_timeout))
+        configure = functools.partial(configure_connection, idle_timeout=float(idle_timeout))
         connection_created.connect(configure, weak=False, dispatch_uid=f"procedures-worker-{self.id}")
-        name = functools.partial(_name_connection, worker_id=self.id)
+        name = functools.partial(name_connection, worker_id=self.id)
         connection_created.connect(name, weak=False, dispatch_uid=f"procedures-worker-name-{self.id}")
-        threads = [threading.Thread(target=self._executor_loop, name=f"procedures-exec-{i}", daemon=True)
-                   for i in range(self.options.concurrency)]
         logger.info("worker %s started: queues=%s concurrency=%d database=%s types=%d lease=%gs", self.id,
                     ",".join(self.options.queues) if self.options.queues else "*", self.options.concurrency,
                     connection.vendor, len(self.types), self.options.lease_seconds)
+        self._tables_checked = self._check_tables()
         self._report_unknown_types()
         created = sync_declared()
         if created:
             logger.info("worker %s: created schedules declared in code: %s", self.id, ", ".join(created))
-        for t in threads:
-            t.start()
+        self.crew.start()
         self.heartbeat.start()
         try:
             with graceful_signals(self.stop):
                 self._main_loop()
-                self._shut_down(threads)
+                self._shut_down()
         finally:
             self.heartbeat.stop()
             self.waker.close()
@@ -122,6 +135,38 @@ class Worker:
         with self._lock:
             return list(self.running.values())
 
+    def _in_flight(self) -> list[RunningClaim]:
+        """The claims the heartbeat renews: waiting for a thread, or worked on by a live one (``Crew``).
+
+        Any other is dropped: its lease expires and the attempt counts as lost, never held for ever.
+        """
+        with self._lock:
+            dead = [r for r in self.running.values() if not self.crew.working_on(r)]
+            for r in dead:
+                del self.running[(r.claim.id, r.claim.lease_token)]
+                self.busy -= 1
+            held = list(self.running.values())
+            replace = dead or self.crew.any_dead()
+        for r in dead:
+            r.activity.lose("the executor thread running it died")
+            self.stats["lost"] += 1
+            logger.error("procedure %s: executor thread %s died while running it; its lease is no longer renewed "
+                         "and will expire (a lost attempt)", r.claim.id, r.owner and r.owner.name,
+                         extra=log_extra(r.claim))
+        if replace and not self._stopping.is_set():
+            self.waker.wake()  # the main loop starts new threads
+        return held
+
+    def _replace_dead_threads(self) -> None:
+        with self._lock:
+            names = self.crew.replace_dead()
+        for name in names:
+            logger.error("worker %s: executor thread %s died; started a new one", self.id, name)
+        if self.heartbeat.ident is not None and not self.heartbeat.is_alive():
+            logger.error("worker %s: the heartbeat thread died; started a new one", self.id)
+            self.heartbeat = self._heartbeat()
+            self.heartbeat.start()
+
     # -- main thread ----------------------------------------------------------------------
 
     def _chores(self) -> list[_Chore]:
@@ -136,7 +181,10 @@ class Worker:
         backoff = 0.0
         while not self._stopping.is_set():
             try:
+                self._replace_dead_threads()
                 close_old_connections()
+                if not self._tables_checked:  # the database was down at start-up
+                    self._tables_checked = self._check_tables()
                 for chore in chores:
                     chore.run_if_due()
                 self._give_back_stale()
@@ -158,7 +206,11 @@ class Worker:
                     return
                 backoff = 0.0
                 self.waker.wait(self._idle_timeout(due, next_chore))
+            except ProceduresNotMigrated:
+                raise  # no tables: nothing to wait for; the command says to migrate
             except Exception as error:  # database gone: reconnect with backoff, log once per outage
+                if is_missing_table(error):
+                    self._tables_checked = False  # ours dropped (or migrated backwards)? checked on the next pass
                 if is_disconnect(error):
                     watch.lost(error, "worker loop")
                 elif is_conflict(error):  # a deadlock victim: nothing is wrong with the database
@@ -240,17 +292,18 @@ class Worker:
                     if running.given_back:
                         continue
                     running.taken_at = started = time.monotonic()
+                    self.crew.take(running)
                 try:
                     outcome = execute(running)
-                except Exception:
-                    logger.exception("procedure %s: the worker could not record its outcome; its lease will "
-                                     "expire and another worker will resume it", running.claim.id)
-                    connection.close()
-                    outcome = Outcome.LOST
+                except BaseException as error:  # a bug, or foreign code the executor did not contain
+                    logger.exception("procedure %s: the worker could not record its outcome; recording a failed "
+                                     "attempt", running.claim.id, extra=log_extra(running.claim))
+                    outcome = record_crash(running, error, trace_text())
                 self.stats[_STAT[outcome]] += 1
                 with self._lock:
-                    self.running.pop((running.claim.id, running.claim.lease_token), None)
-                    self.busy -= 1
+                    self.crew.done()
+                    if self.running.pop((running.claim.id, running.claim.lease_token), None) is not None:
+                        self.busy -= 1  # (unless the watchdog in _in_flight dropped it already)
                     self.prefetch.observe(time.monotonic() - started)
                     wanted = self._wanted()
                 if wanted:  # the main thread claims only then: waking it for less is wasted work
@@ -260,14 +313,15 @@ class Worker:
 
     # -- shutdown -------------------------------------------------------------------------
 
-    def _shut_down(self, threads: list[threading.Thread]) -> None:
+    def _shut_down(self) -> None:
         self.stop("finishing")
+        threads = self.crew.threads
         for _ in threads:
             self._work.put(None)
         deadline = time.monotonic() + self.options.shutdown_timeout
         for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        for running in self.snapshot():
+        for running in self._in_flight():  # a claim whose thread died is left to expire, never released
             self._abandon(running)
 
     def _abandon(self, running: RunningClaim) -> None:
@@ -300,6 +354,19 @@ class Worker:
         logger.info("worker %s %s: claimed=%d succeeded=%d suspended=%d retried=%d failed=%d rolled_back=%d "
                     "released=%d given_back=%d lost=%d%s", self.id, label, s["claimed"], s["succeeded"], s["suspended"],
                     s["retried"], s["failed"], s["rolled_back"], s["released"], s["given_back"], s["lost"], unknown)
+
+    def _check_tables(self) -> bool:
+        """Raise ``ProceduresNotMigrated`` if the tables are missing; False when the database cannot be asked."""
+        try:
+            require_tables()
+            return True
+        except DatabaseError as error:
+            if is_disconnect(error):
+                watch.lost(error, "start-up")
+            else:
+                logger.warning("worker %s: could not check the tables: %s", self.id, error)
+            connection.close()
+            return False
 
     def _report_unknown_types(self) -> None:
         try:
@@ -359,46 +426,3 @@ class _Chore:
 _STAT = {Outcome.COMPLETED: "succeeded", Outcome.SUSPENDED: "suspended", Outcome.RETRIED: "retried",
          Outcome.FAILED: "failed", Outcome.ROLLED_BACK: "rolled_back", Outcome.RELEASED: "released",
          Outcome.LOST: "lost"}
-
-
-def _configure_connection(sender: Any = None, *, connection: Any, idle_timeout: float, **kwargs: Any) -> None:
-    """Worker connections cut a transaction left idle too long, so a frozen worker cannot hold rows for ever.
-
-    They are also kept open: Django's default ``CONN_MAX_AGE = 0`` means "one
-    connection per request", and a worker has no requests, so its main loop
-    would otherwise reconnect on every pass (``close_old_connections``). A
-    broken connection is still closed and replaced; a positive ``CONN_MAX_AGE``
-    is still obeyed.
-    """
-    if connection.settings_dict.get("CONN_MAX_AGE") == 0:
-        connection.close_at = None
-    if connection.vendor != "postgresql":
-        return
-    timeout_ms = int(idle_timeout * 1000)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SET idle_in_transaction_session_timeout = {timeout_ms}")
-
-
-def _name_connection(sender: Any = None, *, connection: Any, worker_id: str, **kwargs: Any) -> None:
-    """Worker connections are named (see :func:`application_name`) so ``pg_stat_activity`` tells them apart."""
-    if connection.vendor != "postgresql":
-        return
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('application_name', %s, false)",
-                       [application_name(worker_id, _thread_role())])
-
-
-#: ``application_name`` of worker connections starts with this (then ``/<role>/<worker id>``).
-APPLICATION_NAME_PREFIX = "procedures-worker"
-
-
-def application_name(worker_id: str, role: str) -> str:
-    """What ``pg_stat_activity`` shows for a worker's connection: role first, as PostgreSQL keeps 63 bytes."""
-    return f"{APPLICATION_NAME_PREFIX}/{role}/{worker_id}"[:63]
-
-
-def _thread_role() -> str:
-    name = threading.current_thread().name
-    if name == "MainThread":
-        return "main"
-    return name.removeprefix("procedures-")

@@ -129,6 +129,29 @@ def is_disconnect(error: BaseException) -> bool:
     return isinstance(error, (OperationalError, InterfaceError))
 
 
+def session() -> Any:
+    """This thread's open session on the default database (opened if need be), for :func:`own_connection_lost`."""
+    connection.ensure_connection()
+    return connection.connection
+
+
+def own_connection_lost(error: BaseException, before: Any) -> bool:
+    """The error means this thread's own connection to the default database was lost since ``before``.
+
+    :func:`is_disconnect` judges the error alone, and an ``OperationalError``
+    from another database alias (a step's connection to another database, a
+    server that refused it) looks the same. This also asks the connection:
+    the session ``before`` (from :func:`session`, taken before the code that
+    raised ran) must have ended: closed, or replaced (Django reconnects on
+    the way out of an ``atomic()`` block whose rollback failed).
+    """
+    if not is_disconnect(error):
+        return False
+    raw = connection.connection
+    return (raw is None or raw is not before or bool(getattr(raw, "closed", False))
+            or bool(getattr(raw, "broken", False)))
+
+
 def is_conflict(error: BaseException) -> bool:
     """A deadlock or serialization failure: the transaction may simply be run again."""
     return isinstance(error, DatabaseError) and sqlstate(error) in RETRYABLE_SQLSTATES

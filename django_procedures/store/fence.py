@@ -15,6 +15,7 @@ from django_procedures.exceptions import LeaseLost
 from django_procedures.models import ProcedureRun, Step
 from django_procedures.policy.retry import FailDecision, RetryDecision
 from django_procedures.policy.status import LeaseOutcome, RunStatus, StepStatus
+from django_procedures.policy.text import clean_text
 from django_procedures.store import advance, transitions, tree
 from django_procedures.store.advance import close_lease
 from django_procedures.store.claim import Claim
@@ -96,6 +97,7 @@ def reload(claim: Claim) -> Reloaded:
 
 
 def _truncate(text: str, limit: int, keep_tail: bool = False) -> str:
+    text = clean_text(text)  # error texts come from foreign code: no NUL, no lone surrogate
     if len(text) <= limit:
         return text
     marker = "…[truncated]…"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,10 +17,11 @@ from django_procedures.conf import conf
 from django_procedures.exceptions import KeyConflict
 from django_procedures.models import ProcedureRun
 from django_procedures.policy import options
-from django_procedures.policy.state import check_state
+from django_procedures.policy.state import check_state, dumps, find_problem
 from django_procedures.store.db import is_postgresql
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
+from django_procedures.store.schema import tables_required
 
 if TYPE_CHECKING:
     from django_procedures.handle import ProcedureHandle
@@ -74,6 +74,9 @@ def lock_keys_of(cls: type[Procedure], state: dict[str, Any]) -> list[list[str]]
         if not isinstance(name, str) or not name or mode not in ("exclusive", "shared"):
             raise TypeError(f"{cls.__qualname__}.lock_keys() must return LockKey.exclusive(name) or "
                             f"LockKey.shared(name) values; got {key!r}")
+        problem = find_problem(name, f"the lock key name {name!r}")
+        if problem:
+            raise TypeError(f"{cls.__qualname__}.lock_keys() returned a key that cannot be stored: {problem}")
         if len(name) > 255:
             raise TypeError(f"{cls.__qualname__}.lock_keys() returned a key name of {len(name)} characters; "
                             "key names are at most 255 characters (hash long ones)")
@@ -196,9 +199,9 @@ def json_rows(fields: Sequence[Field[Any, Any]], objs: Sequence[Model]) -> tuple
         first = column[0]
         if db_type == "jsonb":
             # Compared as JSON: {"n": 1} == {"n": True} in Python.
-            text = None if first is None else json.dumps(first)
+            text = None if first is None else dumps(first)
             if all(v == first for v in column) and all(
-                    (None if v is None else json.dumps(v)) == text for v in column):
+                    (None if v is None else dumps(v)) == text for v in column):
                 items.append("%s::jsonb")
                 constants.append(text)
             else:
@@ -210,7 +213,7 @@ def json_rows(fields: Sequence[Field[Any, Any]], objs: Sequence[Model]) -> tuple
         else:
             items.append(f"(r->>{len(varying)})::{cast}")
             varying.append(column)
-    payload = json.dumps(list(zip(*varying, strict=True)) if varying else [[] for _ in objs], default=_json_default)
+    payload = dumps(list(zip(*varying, strict=True)) if varying else [[] for _ in objs], default=_json_default)
     return f"SELECT {', '.join(items)} FROM jsonb_array_elements(%s::jsonb) AS r", [*constants, payload]
 
 
@@ -244,10 +247,11 @@ def submit_many(
     for i, key in enumerate(keys):
         options.check_key(key, "key" if single else f"keys[{i}]")
     now = clock.now()
-    tree = _parent(parent)
-    rows = [
-        build_row(cls, state, key=key, queue=queue, priority=priority, run_after=run_after, now=now, parent=tree,
-                  where="state" if len(states) == 1 else f"states[{i}]")
-        for i, (state, key) in enumerate(zip(states, keys, strict=True))
-    ]
-    return [ProcedureHandle(pid) for pid in insert(rows)]
+    with tables_required():  # an unmigrated database: say so, rather than "relation ... does not exist"
+        tree = _parent(parent)
+        rows = [
+            build_row(cls, state, key=key, queue=queue, priority=priority, run_after=run_after, now=now, parent=tree,
+                      where="state" if len(states) == 1 else f"states[{i}]")
+            for i, (state, key) in enumerate(zip(states, keys, strict=True))
+        ]
+        return [ProcedureHandle(pid) for pid in insert(rows)]

@@ -609,3 +609,6 @@ class EnqueuesATask(Procedure):
         self.state["task_id"] = add.enqueue(*self.state["numbers"]).id
         if self.state.get("fail"):
             raise NonRetryable("fails after enqueueing")
+
+
+from testproject.testapp.faults import *  # noqa: E402, F403 - registers the misbehaving procedures

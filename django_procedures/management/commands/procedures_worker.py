@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from django_procedures.conf import conf
+from django_procedures.exceptions import ProceduresNotMigrated
 from django_procedures.policy.options import check_queue
 from django_procedures.runtime.worker import Worker, WorkerOptions
 
@@ -83,4 +84,7 @@ class Command(BaseCommand):
         worker = Worker(WorkerOptions(queues=queues, concurrency=concurrency, burst=options["burst"],
                                       lease_seconds=lease, shutdown_timeout=shutdown_timeout,
                                       worker_id=worker_id, with_scheduler=options["with_scheduler"]))
-        worker.run()
+        try:
+            worker.run()
+        except ProceduresNotMigrated as error:
+            raise CommandError(str(error)) from error

@@ -1,0 +1,49 @@
+"""The worker's database connections: kept open, cut when idle in a transaction, named in ``pg_stat_activity``."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+
+def configure_connection(sender: Any = None, *, connection: Any, idle_timeout: float, **kwargs: Any) -> None:
+    """Worker connections cut a transaction left idle too long, so a frozen worker cannot hold rows for ever.
+
+    They are also kept open: Django's default ``CONN_MAX_AGE = 0`` means "one
+    connection per request", and a worker has no requests, so its main loop
+    would otherwise reconnect on every pass (``close_old_connections``). A
+    broken connection is still closed and replaced; a positive ``CONN_MAX_AGE``
+    is still obeyed.
+    """
+    if connection.settings_dict.get("CONN_MAX_AGE") == 0:
+        connection.close_at = None
+    if connection.vendor != "postgresql":
+        return
+    timeout_ms = int(idle_timeout * 1000)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET idle_in_transaction_session_timeout = {timeout_ms}")
+
+
+def name_connection(sender: Any = None, *, connection: Any, worker_id: str, **kwargs: Any) -> None:
+    """Worker connections are named (see :func:`application_name`) so ``pg_stat_activity`` tells them apart."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('application_name', %s, false)",
+                       [application_name(worker_id, _thread_role())])
+
+
+#: ``application_name`` of worker connections starts with this (then ``/<role>/<worker id>``).
+APPLICATION_NAME_PREFIX = "procedures-worker"
+
+
+def application_name(worker_id: str, role: str) -> str:
+    """What ``pg_stat_activity`` shows for a worker's connection: role first, as PostgreSQL keeps 63 bytes."""
+    return f"{APPLICATION_NAME_PREFIX}/{role}/{worker_id}"[:63]
+
+
+def _thread_role() -> str:
+    name = threading.current_thread().name
+    if name == "MainThread":
+        return "main"
+    return name.removeprefix("procedures-")
