@@ -46,3 +46,7 @@ class InvalidOperation(ProceduresError):
 
 class ProceduresConfigError(ImproperlyConfigured):
     """Misconfiguration found at start-up."""
+
+
+class NoOutput(ProceduresError, ValueError):
+    """``ProcedureHandle.output`` of a procedure that is not ``done`` (still running, or failed)."""

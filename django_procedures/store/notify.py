@@ -23,3 +23,14 @@ def notify(queues: Iterable[str]) -> None:
         return
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q", [CHANNEL, names])
+
+#: A procedure that reached a final status NOTIFYs ``FINISHED_PREFIX`` + its id in hex (a trigger sends it,
+#: migration 0003), so ``ProcedureHandle.wait()`` hears about its own procedure only.
+FINISHED_PREFIX = "django_procedures_finished_"
+
+
+def finished_channel(procedure_id: object) -> str:
+    """The channel on which the final transition of ``procedure_id`` is announced (PostgreSQL)."""
+    import uuid
+
+    return FINISHED_PREFIX + (procedure_id if isinstance(procedure_id, uuid.UUID) else uuid.UUID(str(procedure_id))).hex
