@@ -21,3 +21,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "postgres" in item.keywords or "subprocess" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _procedure_registry():
+    """Forget the procedure classes a test defined, so tests can run in any order (pytest-randomly)."""
+    from django_procedures.testing import isolated_registry
+
+    with isolated_registry():
+        yield
