@@ -3,7 +3,7 @@
 #   make demo          set up .venv (Python 3.11), run the demo on a fresh SQLite database
 #   make test          set up .venv, run the suite on PostgreSQL (with a coverage report), then on
 #                      SQLite, then lint and the migrations check
-#   make test-fast     the inner loop, under a minute: PostgreSQL, no worker processes, browser or soak
+#   make test-fast     the inner loop: SQLite, no PostgreSQL-only tests, worker processes, browser or soak
 #   make check-wheel   build the wheel, install it into a clean virtualenv, migrate and run a procedure
 #   make test-django6  the PostgreSQL leg and the migrations check on Django 6.0 (.venv-django6, Python 3.12)
 #   make lint          ruff
@@ -38,6 +38,7 @@ DJANGO6_SPEC := django>=6.0,<6.1
 
 PG_URL := $(or $(DATABASE_URL),postgres://postgres@127.0.0.1:5432/procedures)
 SQLITE_TEST_URL := sqlite:///var/test.sqlite3
+FAST_TEST_URL := sqlite:///var/test-fast.sqlite3
 DEMO_URL := sqlite:///var/demo.sqlite3
 DJANGO6_TEST_DB := $(if $(PROCEDURES_TEST_DB_NAME),$(PROCEDURES_TEST_DB_NAME)_django6,test_procedures_django6)
 PYTEST_ARGS ?=
@@ -100,9 +101,10 @@ test-postgres: $(VENV)/.installed check-pg-url | var
 	@$(call banner,PostgreSQL leg: $(call redact,$(PG_URL)) · Django $$($(VENV)/bin/python -m django --version) · $$($(VENV)/bin/python -V))
 	DATABASE_URL='$(PG_URL)' $(VENV)/bin/python -m pytest --create-db $(COVERAGE) $(PYTEST_ARGS)
 
-test-fast: $(VENV)/.installed check-pg-url | var
-	@$(call banner,fast tier on PostgreSQL: no worker processes, browser or soak)
-	DATABASE_URL='$(PG_URL)' $(VENV)/bin/python -m pytest --create-db $(FAST_ARGS) $(PYTEST_ARGS)
+test-fast: $(VENV)/.installed | var
+	@$(call banner,fast tier on SQLite: no PostgreSQL-only tests, worker processes, browser or soak)
+	PROCEDURES_PROPERTY_EXAMPLES=25 DATABASE_URL=$(FAST_TEST_URL) $(VENV)/bin/python -m pytest $(FAST_ARGS) \
+		$(PYTEST_ARGS)
 
 test-sqlite: $(VENV)/.installed | var
 	@$(call banner,SQLite leg: $(SQLITE_TEST_URL) (PostgreSQL-only tests are skipped) · Django $$($(VENV)/bin/python -m django --version) · $$($(VENV)/bin/python -V))

@@ -1,6 +1,7 @@
 import django
 import pytest
 from django.db import connection
+from django.test import override_settings
 
 
 def pytest_report_header(config):
@@ -29,4 +30,11 @@ def _procedure_registry():
     from django_procedures.testing import isolated_registry
 
     with isolated_registry():
+        yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing():
+    """The admin tests create users: Django's default hasher spends most of a second on each password."""
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
         yield
