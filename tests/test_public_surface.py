@@ -3,6 +3,7 @@
 import asyncio
 import re
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -218,6 +219,43 @@ def test_wait_is_woken_by_the_final_transition_not_by_polling(monkeypatch):
     thread.join(60)
     assert not thread.is_alive(), "wait() was not woken by the procedure's final transition"
     assert result["status"] is RunStatus.DONE
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_wait_falls_back_to_polling_when_its_listening_connection_is_dropped(monkeypatch):
+    from django_procedures import handle as handle_module
+    from django_procedures.store.notify import finished_channel
+
+    monkeypatch.setattr(handle_module, "RECHECK_SECONDS", 3600.0)
+    handle = ThreeSteps.submit({})
+    result = {}
+
+    def waiter():
+        try:
+            result["status"] = get_handle(handle.id).wait(poll=0.05)
+        except BaseException as error:
+            result["error"] = error
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=waiter, daemon=True)
+    thread.start()
+    listen = f'LISTEN "{finished_channel(handle.id)}"'
+
+    def terminate_listener():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s", [listen])
+            return cursor.fetchall()
+
+    deadline = time.monotonic() + 60
+    while not terminate_listener():
+        assert time.monotonic() < deadline, "wait() never listened"
+        time.sleep(0.05)
+    drain()
+    thread.join(60)
+    assert not thread.is_alive(), "wait() did not notice the procedure finish once its connection was gone"
+    assert result == {"status": RunStatus.DONE}
 
 
 # -- schedule operations ------------------------------------------------------------------------
