@@ -5,6 +5,7 @@
 #                      SQLite, then lint and the migrations check
 #   make test-fast     the inner loop: SQLite, no PostgreSQL-only tests, worker processes, browser or soak
 #   make check-wheel   build the wheel, install it into a clean virtualenv, migrate and run a procedure
+#   make docs          build the documentation site into var/site (MkDocs, warnings are errors)
 #   make test-django6  the PostgreSQL leg and the migrations check on Django 6.0 (.venv-django6, Python 3.12)
 #   make lint          ruff
 #   make clean         remove virtualenvs, var/ and caches
@@ -50,11 +51,11 @@ FAST_ARGS := -m 'not subprocess and not browser'
 redact = $(shell printf '%s' '$(1)' | sed -E 's|(//[^:/@]*):[^@]*@|\1:***@|')
 banner = if [ -t 1 ]; then printf '\n\033[1m==> %s\033[0m\n' "$(1)"; else printf '\n==> %s\n' "$(1)"; fi
 
-.PHONY: help demo test test-fast test-postgres test-sqlite test-django6 lint check-migrations check-wheel clean \
-	check-pg-url
+.PHONY: help demo test test-fast test-postgres test-sqlite test-django6 lint check-migrations check-wheel docs \
+	clean check-pg-url
 
 help:
-	@sed -n '2,20p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,21p' Makefile | sed 's/^# \{0,1\}//'
 
 # -- virtualenvs (rebuilt when pyproject.toml changes) ----------------------------------------
 
@@ -136,6 +137,10 @@ check-wheel: $(VENV)/.installed | var
 	"$(PYTHON)" -m venv $(WHEEL_VENV)
 	$(WHEEL_VENV)/bin/python -m pip install --quiet "$$(ls var/dist/*.whl)[binary]"
 	cd var && ../$(WHEEL_VENV)/bin/python ../.ci/wheel_smoke.py
+
+docs: $(VENV)/.installed | var
+	@$(call banner,documentation site with warnings as errors: var/site)
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 # -- housekeeping -----------------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-SDIST_NEEDS = ["LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml", "MANIFEST.in", "Makefile", "manage.py",
+SDIST_NEEDS = ["LICENSE", "CHANGELOG.md", "README.md", "pyproject.toml", "MANIFEST.in", "mkdocs.yml", "Makefile",
+               "manage.py",
                ".ci/run", "tests/conftest.py", "tests/runtime/processes.py", "tests/policy/schedule_tables.py",
                "testproject/settings.py", "testproject/testapp/procedures.py", "docs/writing-procedures.md",
                "benchmarks/run.py", "django_procedures/py.typed"]
