@@ -26,6 +26,7 @@ __all__ = [
     "__version__",
     "aget_handle",
     "declare_schedule",
+    "delete_schedule",
     "get_handle",
     "pause_schedule",
     "register_schedule",
@@ -53,6 +54,7 @@ _LAZY = {
     "trigger_schedule": "django_procedures.scheduling",
     "pause_schedule": "django_procedures.scheduling",
     "resume_schedule": "django_procedures.scheduling",
+    "delete_schedule": "django_procedures.scheduling",
     "register_schedule": "django_procedures.store.schedules",
     "declare_schedule": "django_procedures.store.schedules",
     "tick": "django_procedures.store.ticks",
@@ -65,7 +67,7 @@ if TYPE_CHECKING:
     from django_procedures.policy.status import RunStatus
     from django_procedures.procedure import LockKey, Procedure, Status, step
     from django_procedures.runtime.context import Context
-    from django_procedures.scheduling import pause_schedule, resume_schedule, trigger_schedule
+    from django_procedures.scheduling import delete_schedule, pause_schedule, resume_schedule, trigger_schedule
     from django_procedures.store.schedules import declare_schedule, register_schedule
     from django_procedures.store.ticks import tick
     from django_procedures.store.tree import ChildResult

@@ -1,4 +1,4 @@
-"""The schedule operations users call: trigger now, pause, resume (the admin's actions, as functions).
+"""The schedule operations users call: trigger now, pause, resume, delete (the admin's actions, as functions).
 
 A schedule is given as a ``Schedule``, its name, or its primary key. Each
 operation runs in its own transaction under the schedule's row lock, and
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from django_procedures.models import Schedule
+    from django_procedures.store.schedules import Deleted
 
 
 def trigger_schedule(schedule: Schedule | str | int) -> dict[str, int]:
@@ -37,3 +38,16 @@ def resume_schedule(schedule: Schedule | str | int) -> None:
     from django_procedures.store import schedules
 
     schedules.resume(schedule)
+
+
+def delete_schedule(schedule: Schedule | str | int, *, by: str = "") -> Deleted:
+    """Delete the schedule: its unfinished runs are cancelled (with their subtrees), its finished runs kept.
+
+    Returns a ``Deleted`` (``name``, ``cancelled`` ids, ``kept`` count). ``by``
+    is recorded in the cancelled runs' error. A schedule declared in code is
+    created again at the next worker start or ``migrate`` unless its
+    declaration is removed first.
+    """
+    from django_procedures.store import schedules
+
+    return schedules.delete_schedule(schedule, by=by)

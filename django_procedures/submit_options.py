@@ -25,15 +25,24 @@ class SubmitOptions:
     procedure: type[Procedure]
     queue: str | None = None
     priority: int | None = None
-    run_after: datetime | timedelta | None = None
+    run_after: datetime | timedelta | float | None = None
     key: str | None = None
+
+    def __post_init__(self) -> None:
+        # Checked where they are written, as a child's constructor does (submit checks them again).
+        from django_procedures.policy import options
+
+        options.check_queue(self.queue)
+        options.check_priority(self.priority)
+        options.check_key(self.key)
+        options.check_run_after(self.run_after)
 
     def using(
         self,
         *,
         queue: str | None = None,
         priority: int | None = None,
-        run_after: datetime | timedelta | None = None,
+        run_after: datetime | timedelta | float | None = None,
         key: str | None = None,
     ) -> SubmitOptions:
         """A copy with the options given here changed."""

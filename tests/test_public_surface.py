@@ -19,6 +19,7 @@ from django_procedures import (
     RunStatus,
     Status,
     SubmitOptions,
+    delete_schedule,
     get_handle,
     pause_schedule,
     register_schedule,
@@ -269,3 +270,14 @@ def test_schedule_operations_from_the_root():
     resume_schedule(schedule)
     assert Schedule.objects.get(name="public-ops").enabled
     assert trigger_schedule(schedule.pk) == {"started": 1, "pending": 0, "skipped": 0}
+    deleted = delete_schedule(schedule, by="ops")
+    assert (deleted.name, len(deleted.cancelled), deleted.kept) == ("public-ops", 1, 0)
+    assert not Schedule.objects.filter(name="public-ops").exists()
+
+
+def test_using_checks_its_options_where_they_are_written():
+    with pytest.raises(TypeError, match="queue"):
+        ThreeSteps.using(queue=5)
+    with pytest.raises(ValueError, match="key"):
+        ThreeSteps.using().using(key="  ")
+    assert ThreeSteps.using(run_after=30).run_after == 30  # seconds from now, as submit() takes them

@@ -25,7 +25,7 @@ def notify(queues: Iterable[str]) -> None:
         cursor.execute("SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q", [CHANNEL, names])
 
 #: A procedure that reached a final status NOTIFYs ``FINISHED_PREFIX`` + its id in hex (a trigger sends it,
-#: migration 0003), so ``ProcedureHandle.wait()`` hears about its own procedure only.
+#: migration 0004), so ``ProcedureHandle.wait()`` hears about its own procedure only.
 FINISHED_PREFIX = "django_procedures_finished_"
 
 

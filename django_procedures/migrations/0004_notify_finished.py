@@ -40,7 +40,7 @@ def backwards(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("django_procedures", "0002_fewer_index_writes"),
+        ("django_procedures", "0003_schedule_last_error"),
     ]
 
     operations = [
