@@ -106,6 +106,8 @@ class ProcedureRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     retried_at = models.DateTimeField(null=True, blank=True)
     retried_by = models.CharField(max_length=255, blank=True)
+    # Set by a handle.wait() that listens: only then does the final transition NOTIFY (migration 0005).
+    awaited = models.BooleanField(default=False)
     manual_retries = models.PositiveIntegerField(default=0)
 
     objects = ProcedureRunQuerySet.as_manager()

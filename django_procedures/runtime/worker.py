@@ -380,7 +380,9 @@ class Worker:
             return
         for type_name, count in waiting.items():
             logger.warning("%d ready procedures have the type %r, which this worker does not know; "
-                           "they are left for a worker that does", count, type_name)
+                           "they are left for a worker that does. A worker learns procedure classes at start-up, "
+                           "from the 'procedures' module of each installed app: define or import the class there, "
+                           "and restart the workers after deploying a new one", count, type_name)
 
 
 @dataclass

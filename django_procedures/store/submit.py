@@ -254,4 +254,5 @@ def submit_many(
                       where="state" if len(states) == 1 else f"states[{i}]")
             for i, (state, key) in enumerate(zip(states, keys, strict=True))
         ]
-        return [ProcedureHandle(pid) for pid in insert(rows)]
+        # A row carries a fresh id: the id that comes back is its own only if this row was inserted.
+        return [ProcedureHandle(pid, created=pid == row.id) for pid, row in zip(insert(rows), rows, strict=True)]
