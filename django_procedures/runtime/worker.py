@@ -23,9 +23,12 @@ from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost
 from django_procedures.policy.prefetch import GIVE_BACK_SECONDS, Prefetch, stale, to_claim
 from django_procedures.policy.retry import FailDecision
+from django_procedures.policy.workers import StopReason, stop_reason
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute
 from django_procedures.runtime.heartbeat import Heartbeat
 from django_procedures.runtime.outage import watch
+from django_procedures.runtime.registry_of_workers import WorkerRow
+from django_procedures.runtime.running import error_text
 from django_procedures.runtime.shutdown import graceful_signals
 from django_procedures.runtime.wakeup import Waker
 from django_procedures.store import fence
@@ -76,6 +79,9 @@ class Worker:
                            application_name=application_name(self.id, "listen"))
         self.heartbeat = Heartbeat(self.snapshot, lease_seconds=options.lease_seconds,
                                    renewal_timeout=min(conf.renewal_timeout, options.lease_seconds * 2 / 3))
+        self.row = WorkerRow(worker_id=self.id, queues=options.queues, concurrency=options.concurrency,
+                             lease_seconds=options.lease_seconds)
+        self._stop_reason: str | None = None  # the first reason given to stop(), or "burst"
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -94,15 +100,22 @@ class Worker:
         created = sync_declared()
         if created:
             logger.info("worker %s: created schedules declared in code: %s", self.id, ", ".join(created))
+        self.row.register()
+        self.heartbeat.also.append(self.row.renew)
         for t in threads:
             t.start()
         self.heartbeat.start()
+        error = ""
         try:
             with graceful_signals(self.stop):
                 self._main_loop()
                 self._shut_down(threads)
+        except BaseException as raised:
+            error = error_text(raised)
+            raise
         finally:
             self.heartbeat.stop()
+            self.row.stop(StopReason.ERROR if error else stop_reason(self._stop_reason or ""), error)
             self.waker.close()
             connection_created.disconnect(dispatch_uid=f"procedures-worker-{self.id}")
             connection_created.disconnect(dispatch_uid=f"procedures-worker-name-{self.id}")
@@ -112,6 +125,7 @@ class Worker:
     def stop(self, reason: str = "stop requested") -> None:
         """Stop claiming; running steps see ``ensure_active()`` raise at their next check."""
         if not self._stopping.is_set():
+            self._stop_reason = self._stop_reason or reason
             logger.info("worker %s: %s; shutting down (a second signal exits at once)", self.id, reason)
         self._stopping.set()
         for r in self.snapshot():
@@ -155,6 +169,7 @@ class Worker:
                 if self.options.burst and not self.busy and not self._due_soon(due):
                     logger.info("worker %s: nothing due within %gs; --burst exits", self.id,
                                 float(conf.BURST_WAIT_SECONDS))
+                    self._stop_reason = "burst"
                     return
                 backoff = 0.0
                 self.waker.wait(self._idle_timeout(due, next_chore))
