@@ -18,10 +18,12 @@ from django_procedures.admin.display import (
     run_duration,
     step_label,
 )
+from django_procedures.admin.progress import children_bar, progress_bar
 from django_procedures.admin.reads import Node, Tree, lease_clock, load_tree, procedure_class, step_total
 from django_procedures.admin.why import Reason, explain
 from django_procedures.conf import conf
 from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.policy.status import RunStatus
 
 STEP_LIMIT = 500
 LEASE_LIMIT = 100
@@ -114,6 +116,8 @@ def page_context(run: ProcedureRun) -> dict[str, Any]:
     keys = redaction_keys(run.type_name)
     total, machine = step_total(run.type_name)
     node = tree.nodes[run.id]
+    children = [c for c in node.children if c.row.spawned_in == max(
+        (k.row.spawned_in for k in node.children), default=0)]  # of the latest suspension
     return {
         "run": run,
         "ancestors": tree.ancestors,
@@ -134,5 +138,8 @@ def page_context(run: ProcedureRun) -> dict[str, Any]:
         "output_json": None if run.output is None else pretty_json(redact(run.output, keys)),
         "lock_keys": [(name, mode) for name, mode in (run.lock_keys or [])],
         "duration": run_duration(run.started_at, run.finished_at, now),
+        "progress_bar": progress_bar(run.progress),
+        "progress_at": run.progress_updated_at,
+        "children_bar": children_bar(sum(c.row.status == RunStatus.DONE for c in children), len(children)),
         "now": now,
     }

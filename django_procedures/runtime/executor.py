@@ -195,7 +195,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
     while True:
         ctx = Context(procedure_id=claim.id, type_name=claim.type_name, attempt=attempt, step_index=index,
                       step_name=spec.name, lease_token=claim.lease_token, activity=activity,
-                      children=running.children)
+                      children=running.children, progress_recorder=running.progress)
         started, t0 = clock.now(), time.monotonic()
         running.current, running.step_index, running.step_attempt = spec, index, attempt
         running.step_started_at = started
@@ -218,6 +218,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             raise _StepFailed(record, error, tb.format_exc()) from error
         finally:
             running.in_step, running.deadline = False, None
+            running.progress.step_ended()
         record = fence.StepRecord(index, spec.name, attempt, started, clock.now())
         records.append(record)
         following = None if status.kind == "done" else _next_step(cls, spec)

@@ -11,6 +11,7 @@ from typing import Any
 
 from django_procedures.procedure import StepSpec
 from django_procedures.runtime.context import Activity
+from django_procedures.runtime.progress import ProgressRecorder
 from django_procedures.store import fence
 from django_procedures.store.claim import Claim
 from django_procedures.store.tree import ChildResult
@@ -49,6 +50,12 @@ class RunningClaim:
     taken_at: float | None = None
     #: Given back unstarted (see ``policy.prefetch``): the thread that dequeues it skips it.
     given_back: bool = False
+    #: Its steps' ``ctx.progress()`` reports; a worker on PostgreSQL writes them on a side connection.
+    progress: ProgressRecorder = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.progress is None:
+            self.progress = ProgressRecorder(self.claim)
 
 
 def log_extra(claim: Claim) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from django_procedures.policy.workers import StopReason, stop_reason
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute
 from django_procedures.runtime.heartbeat import Heartbeat
 from django_procedures.runtime.outage import watch
+from django_procedures.runtime.progress import ProgressRecorder, close_side_connection
 from django_procedures.runtime.registry_of_workers import WorkerRow
 from django_procedures.runtime.running import error_text
 from django_procedures.runtime.shutdown import graceful_signals
@@ -190,7 +191,7 @@ class Worker:
                        lease_seconds=self.options.lease_seconds)
         watch.restored()
         for c in claims:
-            running = RunningClaim(c)
+            running = RunningClaim(c, progress=ProgressRecorder(c, side_connection=connection.vendor == "postgresql"))
             with self._lock:
                 self.running[(c.id, c.lease_token)] = running
                 self.busy += 1
@@ -271,6 +272,7 @@ class Worker:
                 if wanted:  # the main thread claims only then: waking it for less is wasted work
                     self.waker.wake()
         finally:
+            close_side_connection()
             connection.close()
 
     # -- shutdown -------------------------------------------------------------------------

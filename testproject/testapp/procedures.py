@@ -593,3 +593,31 @@ class RollsBackAfterPause(Procedure):
     def rollback(self, ctx):
         _pause(self, ctx, "rollback")
         _effect(ctx, "rollback")
+
+
+class Reports(Procedure):
+    """Reports progress: ``reports`` ([[done, total, note], ...]) in its atomic step ``count``, writes an
+    Effect row, then waits for the ``flag`` file (if given, calling ``ctx.ensure_active()``); ``fail``
+    makes the step raise at its end (it fails for good)."""
+
+    type_name = "testapp.Reports"
+    retry = RetryPolicy(max_attempts=1)
+
+    @step
+    def count(self, ctx):
+        for done, total, note in self.state.get("reports", []):
+            ctx.progress(done, total, note)
+        _effect(ctx, "count")
+        if self.state.get("flag"):
+            deadline = time.monotonic() + 120
+            while not Path(self.state["flag"]).exists():
+                ctx.ensure_active()
+                if time.monotonic() > deadline:
+                    raise RuntimeError("flag never appeared")
+                time.sleep(0.02)
+        if self.state.get("fail"):
+            raise NonRetryable("failed after reporting")
+
+    @step
+    def quiet(self, ctx):
+        pass

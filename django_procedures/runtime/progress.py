@@ -1,0 +1,102 @@
+"""``ctx.progress()``: a step's reports, throttled per procedure and written outside the step's transaction.
+
+In a worker on PostgreSQL each executor thread writes progress on a second
+connection of its own (opened at its first report), in autocommit: a report
+is visible while an atomic step's transaction is still open, and a step that
+fails keeps the progress it reported. Elsewhere (SQLite, which allows one
+writer at a time, and ``drain()``, which runs on the caller's connection) the
+report is written on the step's own connection: inside an atomic step it
+commits (or rolls back) with the step.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+
+from django_procedures import clock
+from django_procedures.policy.progress import MIN_INTERVAL, Report, normalise
+from django_procedures.store import progress as store
+
+logger = logging.getLogger("django_procedures.worker")
+
+_side = threading.local()
+
+
+def _side_connection() -> Any:
+    """This thread's second connection (created on first use), for writes that must not join its transaction."""
+    conn = getattr(_side, "connection", None)
+    if conn is None:
+        conn = _side.connection = connections.create_connection(DEFAULT_DB_ALIAS)
+    return conn
+
+
+def close_side_connection() -> None:
+    conn = getattr(_side, "connection", None)
+    if conn is not None:
+        _side.connection = None
+        conn.close()
+
+
+class ProgressRecorder:
+    """The progress reports of one claim: at most one write per :data:`MIN_INTERVAL` s, the latest kept.
+
+    A report inside the interval waits: the next report after it, or the end
+    of the step, writes it. Used by one executor thread at a time.
+    """
+
+    def __init__(self, claim: Any, *, side_connection: bool = False) -> None:
+        self.claim = claim
+        self.side_connection = side_connection
+        self.pending: Report | None = None
+        self.writes = 0
+        self._written_at = float("-inf")
+        self._warned: set[str] = set()
+
+    def report(self, done: Any, total: Any, note: Any, log: logging.LoggerAdapter[logging.Logger]) -> None:
+        """Never raises for a bad report, a lost lease or a database error: progress must not fail a step."""
+        value, problems = normalise(done, total, note)
+        for problem in problems:
+            kind = problem.split(";")[0]
+            if kind not in self._warned:  # once per claim and kind: a loop must not flood the log
+                self._warned.add(kind)
+                log.warning(problem)
+        if value is None:
+            return
+        self.pending = value
+        if time.monotonic() - self._written_at >= MIN_INTERVAL:
+            self.flush()
+
+    def step_ended(self) -> None:
+        """Write a report the throttle held back (before the step's checkpoint commits)."""
+        if self.pending is not None:
+            self.flush()
+
+    def flush(self) -> None:
+        value, self.pending = self.pending, None
+        if value is None:
+            return
+        self._written_at = time.monotonic()
+        try:
+            if self.side_connection:
+                held = store.record(self.claim, value.as_json(), clock.now(), using=_side_connection())
+            elif connection.in_atomic_block:  # the step's transaction: a savepoint keeps a failure out of it
+                with transaction.atomic():
+                    held = store.record(self.claim, value.as_json(), clock.now())
+            else:
+                held = store.record(self.claim, value.as_json(), clock.now())
+        except Exception as error:  # the step carries on; its checkpoint will meet the same database
+            if self.side_connection:
+                close_side_connection()
+            if "error" not in self._warned:
+                self._warned.add("error")
+                logger.warning("procedure %s: could not write its progress: %s", self.claim.id, error)
+            return
+        self.writes += 1
+        if not held:
+            logger.debug("procedure %s: progress not written: lease token %s no longer holds it", self.claim.id,
+                         self.claim.lease_token)
