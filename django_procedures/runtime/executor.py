@@ -15,7 +15,7 @@ from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
 from django_procedures.policy.retry import FailDecision, RetryDecision, decide_failure, is_poisonous
 from django_procedures.policy.state import find_problem
 from django_procedures.procedure import Procedure, Status, StepSpec
-from django_procedures.runtime import hooks, reconnect
+from django_procedures.runtime import hooks, observe, reconnect
 from django_procedures.runtime.context import Context
 from django_procedures.runtime.running import Outcome, RunningClaim, error_text, interrupted, log_extra, logger
 from django_procedures.store import fence
@@ -110,6 +110,7 @@ def _execute(running: RunningClaim) -> Outcome:
             if outcome is not None:
                 return outcome
     except LeaseLost:
+        observe.fenced_write(claim.type_name)
         logger.info("procedure %s: lease token %s was lost; dropping this worker's result", claim.id,
                     claim.lease_token, extra=log_extra(claim))
         return Outcome.LOST
@@ -229,14 +230,17 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
         if status.kind == "suspended" and status.children:
             reconnect.record(running, safe, partial(_suspend, procedure, claim, records, following, status, record))
+            observe.steps_committed(claim.type_name, records)
             return Outcome.SUSPENDED
         if following is None:
             reconnect.record(running, safe, partial(fence.complete, claim, records, procedure.state, status.output))
+            observe.steps_committed(claim.type_name, records)
             return Outcome.COMPLETED
         if status.kind == "executing" and not status.persist and spec.idempotent and following.idempotent:
             index, spec = index + 1, following  # the group is one try: its steps share its attempt number
             continue
         reconnect.record(running, safe, partial(fence.checkpoint, claim, records, procedure.state, following.name))
+        observe.steps_committed(claim.type_name, records)
         return None
 
 
@@ -272,9 +276,12 @@ def _record_failure(procedure: Procedure, cls: type[Procedure], running: Running
     decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=retryable,
                               manual_retry=manual_retry)
     if not isinstance(decision, RetryDecision):
-        return hooks.fail_now(procedure, cls, running, error_text(error), failed.trace, record=failed.record,
-                              manual_retry=manual_retry)
+        outcome = hooks.fail_now(procedure, cls, running, error_text(error), failed.trace, record=failed.record,
+                                 manual_retry=manual_retry)
+        observe.step_failed(claim.type_name, failed.record)
+        return outcome
     fence.fail_attempt(claim, failed.record, error_text(error), failed.trace, decision)
+    observe.step_failed(claim.type_name, failed.record)
     logger.warning("procedure %s step %s attempt %s failed (retrying): %s", claim.id, failed.record.name,
                    failed.record.attempt, error_text(error), extra=log_extra(claim))
     return Outcome.RETRIED

@@ -24,6 +24,7 @@ from django_procedures.exceptions import LeaseLost
 from django_procedures.policy.prefetch import GIVE_BACK_SECONDS, Prefetch, stale, to_claim
 from django_procedures.policy.retry import FailDecision
 from django_procedures.policy.workers import StopReason, stop_reason
+from django_procedures.runtime import observe
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute
 from django_procedures.runtime.heartbeat import Heartbeat
 from django_procedures.runtime.outage import watch
@@ -133,6 +134,11 @@ class Worker:
             r.activity.stopping.set()
         self.waker.wake()
 
+    def busy_threads(self) -> int:
+        """Executor threads running a procedure now (prefetched claims not counted)."""
+        with self._lock:
+            return sum(1 for r in self.running.values() if r.taken_at is not None)
+
     def snapshot(self) -> list[RunningClaim]:
         with self._lock:
             return list(self.running.values())
@@ -190,6 +196,7 @@ class Worker:
         claims = claim(self.id, type_names=self.types, queues=self.options.queues, limit=wanted,
                        lease_seconds=self.options.lease_seconds)
         watch.restored()
+        observe.claimed(claims)
         for c in claims:
             running = RunningClaim(c, progress=ProgressRecorder(c, side_connection=connection.vendor == "postgresql"))
             with self._lock:
@@ -264,6 +271,7 @@ class Worker:
                     connection.close()
                     outcome = Outcome.LOST
                 self.stats[_STAT[outcome]] += 1
+                observe.outcome(running.claim.type_name, outcome.value)
                 with self._lock:
                     self.running.pop((running.claim.id, running.claim.lease_token), None)
                     self.busy -= 1

@@ -43,10 +43,13 @@ class Claim:
     schedule_id: int | None = None
     in_rollback: bool = False
     lock_keys: list[list[str]] = field(default_factory=list)
+    #: When it was due: the pickup delay metric is measured from it.
+    run_at: datetime | None = None
 
 
 _FIELDS = ["id", "type_name", "state", "step", "step_name", "attempt", "failures", "lost", "lease_token", "queue",
-           "parent_id", "root_id", "depth", "suspension", "spawned_in", "schedule_id", "in_rollback", "lock_keys"]
+           "parent_id", "root_id", "depth", "suspension", "spawned_in", "schedule_id", "in_rollback", "lock_keys",
+           "run_at"]
 
 # Due rows that need no lock key decision: no keys, or keys already held from an earlier claim.
 _PG_DUE = """
