@@ -48,7 +48,21 @@ def run_duration(started: datetime | None, finished: datetime | None, now: datet
     """How long it ran: start to finish, or start to now while unfinished; ``—`` if it never started."""
     if started is None:
         return "—"
-    return duration(((finished or now) - started).total_seconds())
+    return elapsed(((finished or now) - started).total_seconds())
+
+
+def elapsed(seconds: float) -> str:
+    """A run's or step's duration, precise where it is short: ``"340ms"``, ``"2.4s"``, then as :func:`duration`.
+
+    Most steps take less than a second; rounding them to ``"0s"`` told nothing.
+    Digits are cut, not rounded, so a value never reads as the next unit up.
+    """
+    seconds = max(0.0, seconds)
+    if seconds < 1:
+        return f"{int(seconds * 1000)}ms"
+    if seconds < 10:
+        return f"{int(seconds * 10) / 10:.1f}s"
+    return duration(seconds)
 
 
 def cadence(period: timedelta | None, cron: str, zone: str) -> str:

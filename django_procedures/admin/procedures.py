@@ -35,8 +35,9 @@ TEMPLATES = "admin/django_procedures/procedurerun"
 class ProcedureRunAdmin(BulkConfirmations, admin.ModelAdmin):
     """Operators read procedures here and retry or cancel them; nobody edits a procedure's columns."""
 
-    list_display = ("short_id", "status_badge", "type_name", "queue", "current_step", "progress_bar", "attempts",
-                    "age", "duration", "last_error")
+    # The last error right after where it happened: on a narrow screen the numbers at the end scroll, not it.
+    list_display = ("short_id", "status_badge", "type_name", "queue", "current_step", "last_error", "progress_bar",
+                    "attempts", "age", "duration")
     list_display_links = ("short_id",)
     list_filter = LIST_FILTER
     search_fields = ("key",)  # shows the search box; get_search_results decides what a term matches

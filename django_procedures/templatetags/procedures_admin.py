@@ -8,6 +8,7 @@ from django import template
 from django.contrib.admin.templatetags.base import InclusionAdminNode
 
 from django_procedures.admin.changelist import date_hierarchy
+from django_procedures.models.procedure_run import STATUS_CHOICES
 
 register = template.Library()
 
@@ -17,3 +18,12 @@ def procedures_date_hierarchy(parser: Any, token: Any) -> InclusionAdminNode:
     """``{% procedures_date_hierarchy cl %}``: the date drill-down without a DISTINCT over the table."""
     return InclusionAdminNode(parser, token, func=date_hierarchy, template_name="date_hierarchy.html",
                               takes_context=False)
+
+
+_LABELS = dict(STATUS_CHOICES)
+
+
+@register.filter
+def status_label(status: str) -> str:
+    """A status as the filters and the procedure page name it: ``rolling_back`` reads ``rolling back``."""
+    return str(_LABELS.get(status, status))

@@ -118,3 +118,10 @@ def test_the_schedules_panel_lists_paused_failing_and_drifting_schedules(operato
     assert "4 schedules: 1 paused, 1 with failures." in text
     assert re.search(r'id="dash-paused">.*?paused</a>.*?the API is down', html, re.S)
     assert re.search(r'id="dash-drift">.*?late</a></td><td>90,000 \(1m 30s\)</td>', html, re.S)
+
+
+def test_status_chips_name_statuses_as_the_filters_do(operator_client):
+    html = operator_client.get(dashboard_url()).content.decode()
+    chips = re.findall(r'<span class="proc-badge proc-[a-z_]+">([^<]+)</span>', html)
+    assert "rolling back" in chips and "rolled back" in chips
+    assert not [c for c in chips if "_" in c]
