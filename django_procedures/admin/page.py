@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -13,6 +15,7 @@ from django_procedures.admin.display import (
     FINAL,
     LEASED,
     attempts_made,
+    attempts_text,
     pretty_json,
     redact,
     run_duration,
@@ -104,6 +107,27 @@ def redaction_keys(type_name: str) -> list[str]:
     return sorted({*(getattr(cls, "redact", ()) or ()), *(conf.REDACT or ())})
 
 
+#: How the default ``on_child_failed`` words the parent's error (``ChildFailed`` through ``error_text``).
+_CHILD_FAILED = re.compile(r"^ChildFailed: child \S+ ([0-9a-f-]{36}) ended")
+
+
+def failed_child(run: ProcedureRun, node: Node) -> ProcedureRun | None:
+    """The child whose failure failed ``run`` (the default ``on_child_failed``), or None.
+
+    Such a parent's ``failed_step`` names the step it would have run next, which
+    never ran; the page says "child failed" and links the child instead.
+    """
+    match = _CHILD_FAILED.match(run.error or "")
+    if match is None or run.status not in (RunStatus.FAILED, RunStatus.ROLLED_BACK, RunStatus.ROLLING_BACK):
+        return None
+    try:
+        child_id = uuid.UUID(match.group(1))
+    except ValueError:
+        return None
+    child = next((c.row for c in node.children if c.row.id == child_id), None)
+    return child or ProcedureRun.objects.filter(id=child_id).only("id", "type_name", "status", "error").first()
+
+
 def page_context(run: ProcedureRun) -> dict[str, Any]:
     """Everything the procedure page shows about ``run`` (a fixed number of queries)."""
     now = timezone.now()
@@ -128,6 +152,7 @@ def page_context(run: ProcedureRun) -> dict[str, Any]:
         "step_text": step_label(run.step, run.step_name, total, machine=machine,
                                 in_rollback=run.in_rollback and run.status not in FINAL),
         "attempts": attempts_made(run.status, run.attempt),
+        "attempts_text": attempts_text(run.status, run.attempt, run.failures, run.lost, run.manual_retries),
         "type_known": procedure_class(run.type_name) is not None,
         "steps": steps,
         "steps_cut": steps_cut,
@@ -138,6 +163,7 @@ def page_context(run: ProcedureRun) -> dict[str, Any]:
         "output_json": None if run.output is None else pretty_json(redact(run.output, keys)),
         "lock_keys": [(name, mode) for name, mode in (run.lock_keys or [])],
         "duration": run_duration(run.started_at, run.finished_at, now),
+        "failed_child": failed_child(run, node),
         "progress_bar": progress_bar(run.progress),
         "progress_at": run.progress_updated_at,
         "children_bar": children_bar(sum(c.row.status == RunStatus.DONE for c in children), len(children)),

@@ -621,3 +621,20 @@ class Reports(Procedure):
     @step
     def quiet(self, ctx):
         pass
+
+
+class PlainParent(Procedure):
+    """Spawns ``fanout`` leaves (``failing``: the indexes that fail), then ``report``s; no rollback, so a child's
+    failure leaves it ``failed`` (the default ``on_child_failed``)."""
+
+    type_name = "testapp.PlainParent"
+    retry = FAST_RETRY
+
+    @step
+    def spawn(self, ctx):
+        failing = set(self.state.get("failing", []))
+        return Status.suspended([Leaf({"n": i, "fail": i in failing}) for i in range(self.state.get("fanout", 2))])
+
+    @step
+    def report(self, ctx):
+        return Status.done(output=[c.status for c in ctx.children])

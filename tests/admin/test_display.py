@@ -85,3 +85,20 @@ def test_a_sub_second_run_does_not_read_0s():
 
     start = datetime(2030, 1, 1, tzinfo=UTC)
     assert run_duration(start, start + timedelta(milliseconds=250), start) == "250ms"
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    (("done", 3, 0, 0, 0), "—"),
+    (("ready", 1, 0, 0, 0), "0 attempts"),
+    (("running", 1, 0, 0, 0), "1 attempt: 1 running now"),
+    (("retrying", 3, 2, 0, 0), "2 attempts: 2 failed"),
+    (("failed", 4, 3, 0, 0), "3 attempts: 3 failed"),
+    (("ready", 4, 0, 1, 0), "3 attempts: 1 lost with their worker"),
+    # After a manual retry the budget restarts but the count goes on: say which attempts came before it.
+    (("failed", 5, 1, 0, 1), "4 attempts: 1 failed since the last manual retry, 3 before the manual retry"),
+    (("running", 5, 0, 0, 2), "5 attempts: 1 running now, 4 before 2 manual retries"),
+])
+def test_attempts_text(args, text):
+    from django_procedures.admin.display import attempts_text
+
+    assert attempts_text(*args) == text
