@@ -229,10 +229,12 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         if problem:
             raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
         if status.kind == "suspended" and status.children:
+            running.progress.before_final_write()
             reconnect.record(running, safe, partial(_suspend, procedure, claim, records, following, status, record))
             observe.steps_committed(claim.type_name, records)
             return Outcome.SUSPENDED
         if following is None:
+            running.progress.before_final_write()
             reconnect.record(running, safe, partial(fence.complete, claim, records, procedure.state, status.output))
             observe.steps_committed(claim.type_name, records)
             return Outcome.COMPLETED
@@ -271,6 +273,7 @@ def _normalise(result: Any, cls: type[Procedure]) -> Status:
 def _record_failure(procedure: Procedure, cls: type[Procedure], running: RunningClaim,
                     failed: _StepFailed) -> Outcome:
     claim, error = running.claim, failed.error
+    running.progress.before_failure()
     retryable = not isinstance(error, (NonRetryable, *cls.retry.non_retryable))
     manual_retry = getattr(error, "manual_retry", True)
     decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=retryable,

@@ -45,8 +45,11 @@ def close_side_connection() -> None:
 class ProgressRecorder:
     """The progress reports of one claim: at most one write per :data:`MIN_INTERVAL` s, the latest kept.
 
-    A report inside the interval waits: the next report after it, or the end
-    of the step, writes it. Used by one executor thread at a time.
+    A report within the interval is held back. The next report after it
+    writes it, and so does the end of a step once the interval has passed;
+    when the worker stops running the procedure (it completes, suspends or
+    fails an attempt) a report still held back is written with that final
+    write. Used by one executor thread at a time.
     """
 
     def __init__(self, claim: Any, *, side_connection: bool = False) -> None:
@@ -68,21 +71,37 @@ class ProgressRecorder:
         if value is None:
             return
         self.pending = value
-        if time.monotonic() - self._written_at >= MIN_INTERVAL:
-            self.flush()
+        self._write_if_due()
 
     def step_ended(self) -> None:
-        """Write a report the throttle held back (before the step's checkpoint commits)."""
-        if self.pending is not None:
-            self.flush()
+        """Between steps: write a held-back report if the interval has passed."""
+        self._write_if_due()
 
-    def flush(self) -> None:
+    def before_final_write(self) -> None:
+        """The procedure completes or suspends: a held-back report joins that write (no commit of its own).
+
+        Written on this thread's connection, so inside an atomic step it
+        commits with the step's final transaction.
+        """
+        if self.pending is not None:
+            self._write(own_connection=True)
+
+    def before_failure(self) -> None:
+        """An attempt failed: a held-back report is written at once (outside the step's rolled-back work)."""
+        if self.pending is not None:
+            self._write(own_connection=not self.side_connection)
+
+    def _write_if_due(self) -> None:
+        if self.pending is not None and time.monotonic() - self._written_at >= MIN_INTERVAL:
+            self._write(own_connection=not self.side_connection)
+
+    def _write(self, *, own_connection: bool) -> None:
         value, self.pending = self.pending, None
         if value is None:
             return
         self._written_at = time.monotonic()
         try:
-            if self.side_connection:
+            if not own_connection:
                 held = store.record(self.claim, value.as_json(), clock.now(), using=_side_connection())
             elif connection.in_atomic_block:  # the step's transaction: a savepoint keeps a failure out of it
                 with transaction.atomic():
@@ -90,7 +109,7 @@ class ProgressRecorder:
             else:
                 held = store.record(self.claim, value.as_json(), clock.now())
         except Exception as error:  # the step carries on; its checkpoint will meet the same database
-            if self.side_connection:
+            if not own_connection:
                 close_side_connection()
             if "error" not in self._warned:
                 self._warned.add("error")
