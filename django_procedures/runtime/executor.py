@@ -312,4 +312,5 @@ def fail_overdue(running: RunningClaim) -> bool:
                            hand_off=True, at_step=running.group_step)
     except LeaseLost:
         return False
+    observe.step_failed(claim.type_name, record)
     return True
