@@ -45,11 +45,14 @@ def close_side_connection() -> None:
 class ProgressRecorder:
     """The progress reports of one claim: at most one write per :data:`MIN_INTERVAL` s, the latest kept.
 
-    A report within the interval is held back. The next report after it
-    writes it, and so does the end of a step once the interval has passed;
-    when the worker stops running the procedure (it completes, suspends or
-    fails an attempt) a report still held back is written with that final
-    write. Used by one executor thread at a time.
+    The interval starts when the claim starts running, so a procedure that
+    ends within it writes no report of its own: its latest report joins the
+    write that completes (or suspends) it. A report within the interval is
+    held back; the next report after it writes it, and so does the end of a
+    step once the interval has passed, or, in a worker on PostgreSQL, the
+    heartbeat (every ``lease_seconds / 3``). An attempt that fails writes a
+    held-back report at once. Reports come from one executor thread; the
+    heartbeat may write concurrently, so writes are serialised by a lock.
     """
 
     def __init__(self, claim: Any, *, side_connection: bool = False) -> None:
@@ -57,8 +60,9 @@ class ProgressRecorder:
         self.side_connection = side_connection
         self.pending: Report | None = None
         self.writes = 0
-        self._written_at = float("-inf")
+        self._written_at = time.monotonic()
         self._warned: set[str] = set()
+        self._lock = threading.Lock()
 
     def report(self, done: Any, total: Any, note: Any, log: logging.LoggerAdapter[logging.Logger]) -> None:
         """Never raises for a bad report, a lost lease or a database error: progress must not fail a step."""
@@ -70,12 +74,24 @@ class ProgressRecorder:
                 log.warning(problem)
         if value is None:
             return
-        self.pending = value
-        self._write_if_due()
+        with self._lock:
+            self.pending = value
+            self._write_if_due(own_connection=not self.side_connection)
 
     def step_ended(self) -> None:
         """Between steps: write a held-back report if the interval has passed."""
-        self._write_if_due()
+        with self._lock:
+            self._write_if_due(own_connection=not self.side_connection)
+
+    def from_heartbeat(self) -> None:
+        """On the heartbeat thread (its own connection): write a report held back longer than the interval.
+
+        Only in a worker on PostgreSQL: on SQLite the heartbeat must never wait
+        for the write lock an atomic step holds.
+        """
+        if self.side_connection and self.pending is not None:
+            with self._lock:
+                self._write_if_due(own_connection=True)
 
     def before_final_write(self) -> None:
         """The procedure completes or suspends: a held-back report joins that write (no commit of its own).
@@ -83,19 +99,22 @@ class ProgressRecorder:
         Written on this thread's connection, so inside an atomic step it
         commits with the step's final transaction.
         """
-        if self.pending is not None:
-            self._write(own_connection=True)
+        with self._lock:
+            if self.pending is not None:
+                self._write(own_connection=True)
 
     def before_failure(self) -> None:
         """An attempt failed: a held-back report is written at once (outside the step's rolled-back work)."""
-        if self.pending is not None:
-            self._write(own_connection=not self.side_connection)
+        with self._lock:
+            if self.pending is not None:
+                self._write(own_connection=not self.side_connection)
 
-    def _write_if_due(self) -> None:
+    def _write_if_due(self, *, own_connection: bool) -> None:
         if self.pending is not None and time.monotonic() - self._written_at >= MIN_INTERVAL:
-            self._write(own_connection=not self.side_connection)
+            self._write(own_connection=own_connection)
 
     def _write(self, *, own_connection: bool) -> None:
+        """Under ``self._lock``: write the pending report, fenced, on this thread's or the side connection."""
         value, self.pending = self.pending, None
         if value is None:
             return

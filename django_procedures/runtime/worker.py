@@ -103,7 +103,7 @@ class Worker:
         if created:
             logger.info("worker %s: created schedules declared in code: %s", self.id, ", ".join(created))
         self.row.register()
-        self.heartbeat.also.append(self.row.renew)
+        self.heartbeat.also += [self.row.renew, self._flush_progress]
         for t in threads:
             t.start()
         self.heartbeat.start()
@@ -133,6 +133,11 @@ class Worker:
         for r in self.snapshot():
             r.activity.stopping.set()
         self.waker.wake()
+
+    def _flush_progress(self) -> None:
+        """On the heartbeat thread: progress reports held back past their interval become visible."""
+        for running in self.snapshot():
+            running.progress.from_heartbeat()
 
     def busy_threads(self) -> int:
         """Executor threads running a procedure now (prefetched claims not counted)."""

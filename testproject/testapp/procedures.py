@@ -597,8 +597,8 @@ class RollsBackAfterPause(Procedure):
 
 class Reports(Procedure):
     """Reports progress: ``reports`` ([[done, total, note], ...]) in its atomic step ``count``, writes an
-    Effect row, then waits for the ``flag`` file (if given, calling ``ctx.ensure_active()``); ``fail``
-    makes the step raise at its end (it fails for good)."""
+    Effect row, then waits for the ``flag`` file (if given, calling ``ctx.ensure_active()``), then reports
+    ``after``; ``fail`` makes the step raise at its end (it fails for good)."""
 
     type_name = "testapp.Reports"
     retry = RetryPolicy(max_attempts=1)
@@ -615,6 +615,8 @@ class Reports(Procedure):
                 if time.monotonic() > deadline:
                     raise RuntimeError("flag never appeared")
                 time.sleep(0.02)
+        for done, total, note in self.state.get("after", []):
+            ctx.progress(done, total, note)
         if self.state.get("fail"):
             raise NonRetryable("failed after reporting")
 

@@ -28,20 +28,43 @@ def test_the_last_report_is_stored_and_read_through_the_handle():
     assert handle.progress is None
     drain(now=T)
     assert handle.refresh().status == "done"
-    # The first was written at once; the two after it within the same second waited, and the step's end
-    # wrote the latest.
+    # All within the first second of the claim: held back, the latest written with the completion.
     assert handle.progress == {"done": 3, "total": 3, "note": "third", "updated_at": T}
 
 
-def test_one_write_per_second_per_procedure_and_the_held_back_one_at_the_step_end():
+def test_reports_within_the_first_second_write_once_with_the_completion():
     handle = Reports.submit({"reports": [[i, 100, f"row {i}"] for i in range(1, 101)]})
     (c,) = claim("t", type_names=[Reports.type_name], limit=1, lease_seconds=30)
     running = RunningClaim(c)
     with CaptureQueriesContext(connection) as captured:
         execute(running)
     writes = [q["sql"] for q in captured if q["sql"].startswith("UPDATE") and '"progress" =' in q["sql"]]
-    assert running.progress.writes == len(writes) == 2  # the test takes far less than a second per report
+    assert running.progress.writes == len(writes) == 1  # 100 reports in far less than a second
     assert handle.refresh().progress["done"] == 100
+
+
+def test_one_write_per_interval_and_the_latest_report_is_never_lost(monkeypatch):
+    from django_procedures.runtime import progress
+
+    clock_now = [1000.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock_now[0])
+    handle = Reports.submit({})
+    (c,) = claim("t", type_names=[Reports.type_name], limit=1, lease_seconds=30)
+    recorder = progress.ProgressRecorder(c)
+    log = __import__("logging").LoggerAdapter(__import__("logging").getLogger("t"), {})
+
+    recorder.report(1, 10, "", log)  # within the first second of the claim: held back
+    clock_now[0] += 1.0
+    recorder.report(2, 10, "", log)  # a second later: written
+    recorder.report(3, 10, "", log)  # held back
+    recorder.step_ended()  # the second has not passed: still held back
+    assert (recorder.writes, handle.refresh().progress["done"]) == (1, 2)
+    clock_now[0] += 1.0
+    recorder.step_ended()  # now it has
+    assert (recorder.writes, handle.refresh().progress["done"]) == (2, 3)
+    recorder.report(4, 10, "", log)
+    recorder.before_failure()  # an attempt failed: written at once
+    assert (recorder.writes, handle.refresh().progress["done"]) == (3, 4)
 
 
 def test_a_step_that_never_reports_writes_no_progress():

@@ -25,22 +25,24 @@ def progress_of(pid):
 
 
 @pytest.mark.parametrize("fail", [False, True], ids=["done", "failed"])
-def test_progress_is_visible_while_the_atomic_step_runs_and_the_held_back_report_lands_at_its_end(
-        workers, tmp_path, fail):
+def test_progress_is_visible_while_the_atomic_step_runs_and_the_last_report_is_never_lost(workers, tmp_path, fail):
     flag = tmp_path / "flag"
-    handle = Reports.submit({"reports": [[1, 3, "first"], [2, 3, "held back"]], "flag": str(flag), "fail": fail})
+    handle = Reports.submit({"reports": [[1, 3, "first"], [2, 3, "second"]], "flag": str(flag), "fail": fail,
+                             "after": [[3, 3, "last"]]})
     workers.start(lease_seconds=3)
 
-    wait_for(lambda: progress_of(handle.id) == {"done": 1, "total": 3, "note": "first"}, timeout=60,
-             workers=workers, what="the first report while the step runs")
-    # The step's own row (written before the report's wait) is not committed: its transaction is still open.
+    # Both reports came within the claim's first second: held back, then written by the heartbeat (every
+    # lease / 3 = 1 s), the latest one, on the heartbeat's own connection.
+    wait_for(lambda: progress_of(handle.id) == {"done": 2, "total": 3, "note": "second"}, timeout=60,
+             workers=workers, what="the latest report while the step runs")
+    # The step's own row (written before it waits) is not committed: its transaction is still open.
     assert Effect.objects.filter(procedure_id=handle.id).count() == 0
     assert handle.refresh().status == "running"
 
-    flag.touch()
+    flag.touch()  # the step reports "last" (held back: within a second of the last write) and ends
     wait_for(lambda: handle.refresh().status in ("done", "failed"), timeout=60, workers=workers,
              what="the procedure to end")
     assert handle.status == ("failed" if fail else "done")
-    # Written at the step's end, outside its transaction: a failed step keeps what it reported.
-    assert (handle.progress["done"], handle.progress["note"]) == (2, "held back")
+    # Written with the completion, or at once when the attempt failed: never lost.
+    assert (handle.progress["done"], handle.progress["note"]) == (3, "last")
     assert Effect.objects.filter(procedure_id=handle.id).count() == (0 if fail else 1)
