@@ -11,8 +11,10 @@ class ProceduresConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from django_procedures import checks, registry  # noqa: F401  (checks registers itself)
+        from django_procedures.tasks import discovery
 
         registry.autodiscover()
+        discovery.autodiscover()  # each app's tasks module, when TASKS uses ProceduresBackend
         post_migrate.connect(_sync_schedules, sender=self, dispatch_uid="django_procedures.sync_schedules")
 
 

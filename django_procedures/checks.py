@@ -11,6 +11,7 @@ from django.db import connections
 
 from django_procedures.conf import DEFAULTS, conf
 from django_procedures.policy.durations import parse_duration
+from django_procedures.policy.options import check_queue
 
 
 @register(Tags.compatibility)
@@ -69,6 +70,12 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             isinstance(key, str) for key in redact):
         errors.append(Error(f"PROCEDURES['REDACT'] must be a list of state keys (strings); got {redact!r}",
                             hint='For example ["password", "api_token"].', id="django_procedures.E010"))
+    try:
+        if conf.DEFAULT_QUEUE is None:
+            raise TypeError("PROCEDURES['DEFAULT_QUEUE'] must be a queue name; got None")
+        check_queue(conf.DEFAULT_QUEUE, "PROCEDURES['DEFAULT_QUEUE']")
+    except (TypeError, ValueError) as error:
+        errors.append(Error(str(error), hint='For example "default".', id="django_procedures.E012"))
     try:
         parse_duration(conf.RETENTION)
     except ValueError as error:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ImproperlyConfigured
 
 
@@ -38,6 +40,14 @@ class ShuttingDown(NotActive):
 
 class UnknownProcedureType(ProceduresError, LookupError):
     """A type name that no registered ``Procedure`` class carries."""
+
+
+class KeyConflict(ProceduresError, ValueError):
+    """An idempotency key already names a procedure of another type; the submit created nothing."""
+
+    def __init__(self, message: str, *, key: str, existing_id: Any, existing_type: str) -> None:
+        super().__init__(message)
+        self.key, self.existing_id, self.existing_type = key, existing_id, existing_type
 
 
 class InvalidOperation(ProceduresError):

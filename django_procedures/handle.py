@@ -88,7 +88,11 @@ class ProcedureHandle:
         return operations.cancel(self.id, by=by)
 
     def retry(self, *, by: str = "") -> None:
-        """Retry a failed procedure from its last checkpoint (see ``store.operations.retry``)."""
+        """Retry a failed procedure from its last checkpoint (see ``store.operations.retry``).
+
+        A child is retried only while its parent waits for it, and a scheduled run only into a free slot;
+        otherwise ``InvalidOperation`` says why and what to do instead.
+        """
         from django_procedures.store import operations
 
         operations.retry(self.id, by=by)

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import functools
+import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, overload
 
 from django_procedures.exceptions import ChildFailed
+from django_procedures.policy import options
 from django_procedures.policy.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from django_procedures.handle import ProcedureHandle
     from django_procedures.runtime.context import Context
     from django_procedures.store.tree import ChildResult
+
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,11 @@ class Status:
 
     @classmethod
     def suspended(cls, children: Iterable[Procedure], persist: bool = True) -> Status:
-        """Submit ``children`` and wait until they have all finished."""
+        """Submit ``children`` and wait until they have all finished.
+
+        The children are checked when the step returns (the runtime fails the step as ``NonRetryable``
+        for anything that is not a concrete ``Procedure`` instance without a key), not here.
+        """
         return cls("suspended", persist=persist, children=tuple(children))
 
     @classmethod
@@ -112,6 +121,17 @@ class LockKey:
     @classmethod
     def shared(cls, name: str) -> LockKey:
         return cls(name, "shared")
+
+
+class _class_or_instance(Generic[_R]):
+    """A method bound to the class when called on it, and to the instance when called on one."""
+
+    def __init__(self, func: Callable[..., _R]) -> None:
+        self.__func__ = func
+        functools.update_wrapper(self, func)
+
+    def __get__(self, instance: Any, owner: type) -> Callable[..., _R]:
+        return types.MethodType(self.__func__, owner if instance is None else instance)
 
 
 class Procedure:
@@ -141,10 +161,17 @@ class Procedure:
         queue: str | None = None,
         priority: int | None = None,
         key: str | None = None,
-        run_after: datetime | timedelta | None = None,
+        run_after: datetime | timedelta | float | None = None,
     ) -> None:
+        """A procedure to submit (``instance.submit()``) or to return as a child from ``Status.suspended``.
+
+        The options are checked here, so a bad one fails where it was written.
+        """
+        if state is not None and not isinstance(state, Mapping):
+            raise TypeError(f"state must be a dict (a JSON object) or None; got {type(state).__name__} {state!r}")
         self.state: dict[str, Any] = dict(state) if state is not None else {}
-        self.options = {"queue": queue, "priority": priority, "key": key, "run_after": run_after}
+        self.options = {"queue": options.check_queue(queue), "priority": options.check_priority(priority),
+                        "key": options.check_key(key), "run_after": options.check_run_after(run_after)}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -153,6 +180,7 @@ class Procedure:
         if "type_name" not in cls.__dict__:
             cls.type_name = f"{cls.__module__}.{cls.__qualname__}"
         cls.steps = _collect_steps(cls)
+        _check_class_attributes(cls)
         if not cls.abstract:
             from django_procedures import registry
 
@@ -194,22 +222,43 @@ class Procedure:
 
     # -- submitting --------------------------------------------------------------------------
 
-    @classmethod
+    @_class_or_instance
     def submit(
-        cls,
+        target: type[Procedure] | Procedure,
         state: Mapping[str, Any] | None = None,
         *,
         key: str | None = None,
         queue: str | None = None,
         priority: int | None = None,
-        run_after: datetime | timedelta | None = None,
+        run_after: datetime | timedelta | float | None = None,
         parent: Any = None,
     ) -> ProcedureHandle:
-        """Submit one procedure in the caller's transaction; an existing ``key`` returns its handle."""
+        """Submit one procedure in the caller's transaction; an existing ``key`` returns its handle.
+
+        On the class, ``MyProcedure.submit(state, ...)`` submits ``state``. On
+        an instance, ``MyProcedure(state, queue=...).submit()`` submits the
+        instance's own state and options; giving a state, or an option the
+        instance already has, is a ``TypeError`` (one value per option).
+        """
         from django_procedures.store.submit import submit_many
 
-        return submit_many(cls, [state], keys=[key], queue=queue, priority=priority, run_after=run_after,
-                           parent=parent)[0]
+        given = {"key": key, "queue": queue, "priority": priority, "run_after": run_after}
+        if isinstance(target, Procedure):
+            cls: type[Procedure] = type(target)
+            if state is not None:
+                raise TypeError(f"{cls.__qualname__}(...).submit() submits the instance's own state; do not pass "
+                                f"another one (call {cls.__qualname__}.submit(state) on the class for that)")
+            twice = sorted(name for name, value in given.items()
+                           if value is not None and target.options.get(name) is not None)
+            if twice:
+                raise TypeError(f"{', '.join(twice)} given both to {cls.__qualname__}(...) and to submit(); "
+                                "give each option once")
+            given = {name: target.options.get(name) if value is None else value for name, value in given.items()}
+            state = target.state
+        else:
+            cls = target
+        return submit_many(cls, [state], keys=[given["key"]], queue=given["queue"], priority=given["priority"],
+                           run_after=given["run_after"], parent=parent)[0]
 
     @classmethod
     def submit_many(
@@ -219,14 +268,39 @@ class Procedure:
         keys: Iterable[str | None] | None = None,
         queue: str | None = None,
         priority: int | None = None,
-        run_after: datetime | timedelta | None = None,
+        run_after: datetime | timedelta | float | None = None,
         parent: Any = None,
     ) -> list[ProcedureHandle]:
-        """Submit one procedure per state in one INSERT; handles come back in order."""
+        """Submit one procedure per state in one INSERT; handles come back in order.
+
+        ``states`` is a list of dicts (a dict alone is refused: it is one
+        state); ``keys``, if given, a list with one key or ``None`` per state.
+        """
         from django_procedures.store.submit import submit_many
 
+        if isinstance(states, Mapping | str | bytes):
+            raise TypeError(f"submit_many takes a list of states (dicts); got one {type(states).__name__}. "
+                            "To submit one procedure, use submit(state)")
+        if keys is not None and isinstance(keys, Mapping | str | bytes):
+            raise TypeError(f"keys must be a list with one key (or None) per state; got {type(keys).__name__}")
         return submit_many(cls, list(states), keys=None if keys is None else list(keys), queue=queue,
                            priority=priority, run_after=run_after, parent=parent)
+
+
+def _check_class_attributes(cls: type[Procedure]) -> None:
+    """A class's ``queue``, ``priority``, ``retry`` and ``redact`` are checked when it is defined."""
+    where = cls.__qualname__
+    options.check_queue(cls.queue, f"{where}.queue")
+    if cls.priority is None:
+        raise TypeError(f"{where}.priority must be an int (higher runs first, default 0); got None")
+    options.check_priority(cls.priority, f"{where}.priority")
+    if not isinstance(cls.retry, RetryPolicy):
+        raise TypeError(f"{where}.retry must be a RetryPolicy(...); got {type(cls.retry).__name__} {cls.retry!r}")
+    redact = cls.redact
+    if isinstance(redact, str) or not isinstance(redact, tuple | list | set | frozenset) or not all(
+            isinstance(name, str) for name in redact):
+        raise TypeError(f"{where}.redact must be a tuple of state keys (strings), like ('password',); "
+                        f"got {redact!r}")
 
 
 def _collect_steps(cls: type[Procedure]) -> tuple[StepSpec, ...]:

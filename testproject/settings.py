@@ -8,6 +8,7 @@ database (default ``test_<name>``), so two test runs on one server need not coll
 
 import json
 import os
+from importlib.util import find_spec
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -32,6 +33,15 @@ INSTALLED_APPS = [
     "testproject.demo",
     "testproject.testapp",
 ]
+if not find_spec("django.tasks"):  # Django 5.2: Django's Tasks framework is the django-tasks backport
+    INSTALLED_APPS.insert(INSTALLED_APPS.index("django_procedures"), "django_tasks")
+
+# Django's Tasks framework on the procedures workers. TASKS_OPTIONS_JSON lets a test configure worker subprocesses.
+TASKS = {"default": {
+    "BACKEND": "django_procedures.tasks.ProceduresBackend",
+    "QUEUES": ["default", "emails"],
+    "OPTIONS": json.loads(os.environ.get("TASKS_OPTIONS_JSON") or "{}"),
+}}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

@@ -91,3 +91,16 @@ def test_prefetch_must_be_a_whole_number_of_at_least_zero(value):
 def test_prefetch_accepts_zero_and_up(value):
     with override_settings(PROCEDURES={"PREFETCH": value}):
         assert [e for e in check_settings() if e.level >= 40] == []
+
+
+@override_settings(PROCEDURES={"RETENTION": "99999999999d"})
+def test_a_retention_too_long_to_hold_is_an_error_not_a_crash():
+    (error,) = check_settings()
+    assert error.id == "django_procedures.E009" and "at most 999999999 days" in error.msg
+
+
+@pytest.mark.parametrize("queue", [None, "", "a,b", 5, "q" * 101])
+def test_the_default_queue_must_be_a_queue_workers_can_serve(queue):
+    with override_settings(PROCEDURES={"DEFAULT_QUEUE": queue}):
+        (error,) = check_settings()
+    assert error.id == "django_procedures.E012" and "DEFAULT_QUEUE" in error.msg

@@ -43,12 +43,12 @@ def test_the_table_shows_each_schedule_and_its_metrics():
 
     header, *rows = table()
     assert cells(header) == ["name", "mode", "cadence", "next tick", "active", "pending", "runs", "failures", "skips",
-                             "overlaps", "drift ms", "last ms", "max ms", "state"]
+                             "overlaps", "drift ms", "last ms", "max ms", "state", "last error"]
     nightly, reports = (cells(row) for row in rows)  # ordered by name
     assert reports == ["reports", "fixed_rate", "every 0:01:00", "2030-01-01 12:04:00", "1", "0", "1", "0", "2",
-                       "0", "125000", "0", "0", "enabled"]
+                       "0", "125000", "0", "0", "enabled", "-"]
     assert nightly[:4] == ["nightly", "fixed_rate", "cron 30 2 * * * Europe/Berlin", "2030-01-02 01:30:00"]
-    assert nightly[4:] == ["0", "0", "0", "0", "0", "0", "-", "-", "-", "paused: holiday"]  # never ticked
+    assert nightly[4:] == ["0", "0", "0", "0", "0", "0", "-", "-", "-", "paused: holiday", "-"]  # never ticked
     out = StringIO()
     call_command("procedures_schedules", stdout=out)
     assert all(line == line.rstrip() for line in out.getvalue().splitlines()), "no trailing spaces"

@@ -15,7 +15,7 @@ from typing import Any
 from django_procedures.admin.display import step_label
 from django_procedures.admin.reads import step_total, subtrees
 from django_procedures.exceptions import InvalidOperation
-from django_procedures.models import ProcedureRun
+from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.policy.status import FINAL, RunStatus
 from django_procedures.store import operations
 
@@ -34,27 +34,34 @@ class RetryPlanItem:
 def plan_retry(runs: Iterable[ProcedureRun]) -> list[RetryPlanItem]:
     """What "retry" would do to each of ``runs``: only failed, manually retryable ones change.
 
-    A sub-procedure whose parent has already finished is retried too, with a
-    warning: it then runs on its own, and nobody waits for its result.
+    The store's own rule decides (``operations.retry_refusal``): a child is
+    retried only while its parent waits on the suspension that started it,
+    and then counts as pending for that parent again; a run of a schedule only
+    while the schedule has a free slot, which it then holds again.
     """
     runs = list(runs)
-    parents = dict(ProcedureRun.objects.filter(id__in={r.parent_id for r in runs if r.parent_id})
-                   .values_list("id", "status"))
+    parents = operations.parents_of(runs)
+    schedules = Schedule.objects.in_bulk({r.schedule_id for r in runs if r.schedule_id is not None})
     items = []
     for run in runs:
+        parent, schedule = parents.get(run.parent_id), schedules.get(run.schedule_id)
         if run.status != RunStatus.FAILED:
             items.append(RetryPlanItem(run, False, f"left alone: it is {run.status.replace('_', ' ')}; "
                                                    "only failed procedures can be retried"))
         elif not run.failure_can_retry:
             items.append(RetryPlanItem(run, False, "left alone: its failure is marked not worth a manual retry"))
+        elif refusal := operations.retry_refusal(run, parent, schedule):
+            items.append(RetryPlanItem(run, False, f"left alone: {refusal}"))
         else:
             total, machine = step_total(run.type_name)
             at = step_label(run.step, run.step_name, total, machine=machine) if run.step_name else "its last step"
             change = f"failed → ready: resumes at {at} from its last checkpoint, with a fresh retry budget"
-            parent_status = parents.get(run.parent_id)
-            if parent_status in FINAL:
-                change += (f"; note: its parent {run.parent_id} is already {parent_status.replace('_', ' ')}, "
-                           "so it will run on its own and nobody waits for its result")
+            if parent is not None:
+                change += (f"; its parent {parent.type_name} {parent.id} waits for it again (the parent goes on "
+                           "only once it finishes, and a new failure is reported to the parent again)")
+            if schedule is not None:
+                change += (f"; it holds a slot of schedule {schedule.name!r} again "
+                           f"({schedule.active_runs + 1} of {schedule.max_concurrency} active)")
             items.append(RetryPlanItem(run, True, change))
     return items
 

@@ -102,7 +102,12 @@ class BulkConfirmations:
 
     def confirm(self, request: HttpRequest, queryset: Any, action: BulkAction, *,
                 from_action: bool) -> HttpResponse | None:
-        """The confirmation page; or, for the confirmed POST, the work, its messages and log, and ``None``."""
+        """The confirmation page; or, for the confirmed POST, the work, its messages and log, and ``None``.
+
+        Both need the action's permission (which includes the view permission), whatever the way in.
+        """
+        if not self.has_button_permission(request, action):
+            raise PermissionDenied
         limit = self.action_limit
         selected = list(queryset.only(*self.action_fields).order_by(*self.action_ordering)[:limit + 1])
         if len(selected) > limit:
@@ -140,7 +145,7 @@ class BulkConfirmations:
         return TemplateResponse(request, templates, context)
 
     def has_button_permission(self, request: HttpRequest, action: BulkAction) -> bool:
-        """Whether ``request`` may use the action's button: ``has_<kind>_permission``, as for the action."""
+        """Whether ``request`` may use the action: ``has_<kind>_permission``, which requires the view permission too."""
         return getattr(self, f"has_{action.kind}_permission")(request)
 
     def button_view(self, request: HttpRequest, object_id: str, action: BulkAction) -> HttpResponse:

@@ -1,4 +1,4 @@
-"""What keeps the procedures list fast on a table of millions: no full count, a cheap date hierarchy."""
+"""What keeps the procedures list fast on a table of millions (no full count, a cheap date hierarchy) and safe."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import calendar
 import datetime
 from typing import Any
 
+from django.contrib import messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Max, Min, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils import formats, timezone
 from django.utils.functional import cached_property
 from django.utils.text import capfirst
@@ -73,6 +75,27 @@ class EstimatedCountPaginator(Paginator):
         if self.count_kind == "at_least":
             return _("more than %(count)s") % {"count": f"{self.cap:,}"}
         return f"{count:,}"
+
+
+class QueryStringGuard:
+    """Mixin for a ``ModelAdmin``: a filter or search holding a NUL character is dropped with a message.
+
+    No column can hold NUL (PostgreSQL refuses it in text), so such a term matches
+    nothing; passed on, it would make the database raise and the list answer 500.
+    """
+
+    message_user: Any
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        bad = [name for name, values in request.GET.lists() if "\x00" in name or any("\x00" in v for v in values)]
+        if not bad:
+            return super().changelist_view(request, extra_context)  # type: ignore[misc]
+        self.message_user(request, _("A filter or search cannot contain a NUL character; it was dropped: %(names)s")
+                          % {"names": ", ".join(repr(name) for name in bad)}, messages.WARNING)
+        kept = request.GET.copy()
+        for name in bad:
+            del kept[name]
+        return HttpResponseRedirect(f"{request.path}?{kept.urlencode()}" if kept else request.path)
 
 
 class ProcedureChangeList(ChangeList):

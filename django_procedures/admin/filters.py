@@ -11,6 +11,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_procedures import registry
 from django_procedures.models import Schedule
+from django_procedures.tasks.runs import is_task_type
 
 #: Most distinct values a filter lists.
 VALUES_LIMIT = 200
@@ -68,6 +69,28 @@ class QueueFilter(ValuesFilter):
     parameter_name = column = "queue"
 
 
+class KindFilter(admin.SimpleListFilter):
+    """Tasks of Django's Tasks framework (type names ``task:<function path>``) or procedures.
+
+    Matches the task type names found by :func:`distinct_values` and those
+    registered here, so the list is still read from the type index.
+    """
+
+    title = _("kind")
+    parameter_name = "kind"
+
+    def lookups(self, request: Any, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("tasks", _("Tasks")), ("procedures", _("Procedures"))]
+
+    def queryset(self, request: Any, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() not in ("tasks", "procedures"):
+            return queryset
+        names = {v for v in [*distinct_values(queryset, "type_name"), *registry.type_names()] if is_task_type(v)}
+        if self.value() == "tasks":
+            return queryset.filter(type_name__in=sorted(names))
+        return queryset.exclude(type_name__in=sorted(names))
+
+
 class RetryableFilter(admin.SimpleListFilter):
     title = _("retryable failures")
     parameter_name = "retryable"
@@ -112,5 +135,5 @@ class ScheduleFilter(admin.RelatedFieldListFilter):
 
 
 #: The list's filters; each is read from one index range in list order, or from a small table.
-LIST_FILTER: tuple[Any, ...] = ("status", TypeFilter, QueueFilter, ("schedule", ScheduleFilter), RetryableFilter,
-                                RootsFilter)
+LIST_FILTER: tuple[Any, ...] = ("status", KindFilter, TypeFilter, QueueFilter, ("schedule", ScheduleFilter),
+                                RetryableFilter, RootsFilter)

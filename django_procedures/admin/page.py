@@ -1,4 +1,7 @@
-"""The procedure page's content: tree with reasons, step timeline, leases, redacted JSON."""
+"""The procedure page's content: tree with reasons, step timeline, leases, redacted JSON.
+
+The step timeline never reads the ``Step`` rows' state checkpoints: only the redacted current state is shown.
+"""
 
 from __future__ import annotations
 
@@ -17,16 +20,16 @@ from django_procedures.admin.display import (
     attempts_made,
     attempts_text,
     pretty_json,
-    redact,
     run_duration,
     step_label,
 )
 from django_procedures.admin.progress import children_bar, progress_bar
 from django_procedures.admin.reads import Node, Tree, lease_clock, load_tree, procedure_class, step_total
+from django_procedures.admin.redaction import redaction_for
 from django_procedures.admin.why import Reason, explain
-from django_procedures.conf import conf
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.policy.status import RunStatus
+from django_procedures.tasks.runs import TYPE_PREFIX, is_task_type
 
 STEP_LIMIT = 500
 LEASE_LIMIT = 100
@@ -101,12 +104,6 @@ def timeline(run: ProcedureRun, now: datetime) -> tuple[list[TimelineRow], bool]
     return out, cut
 
 
-def redaction_keys(type_name: str) -> list[str]:
-    """Keys masked on this procedure's page: its class's ``redact`` and the ``REDACT`` setting."""
-    cls = procedure_class(type_name)
-    return sorted({*(getattr(cls, "redact", ()) or ()), *(conf.REDACT or ())})
-
-
 #: How the default ``on_child_failed`` words the parent's error (``ChildFailed`` through ``error_text``).
 _CHILD_FAILED = re.compile(r"^ChildFailed: child \S+ ([0-9a-f-]{36}) ended")
 
@@ -137,7 +134,7 @@ def page_context(run: ProcedureRun) -> dict[str, Any]:
     leases = list(Lease.objects.filter(procedure_id=run.id).order_by("-token")[:LEASE_LIMIT])
     for lease in leases:
         lease.held = run_duration(lease.claimed_at, lease.released_at, lease_now)  # type: ignore[attr-defined]
-    keys = redaction_keys(run.type_name)
+    redaction = redaction_for(run.type_name)
     total, machine = step_total(run.type_name)
     node = tree.nodes[run.id]
     children = [c for c in node.children if c.row.spawned_in == max(
@@ -158,14 +155,17 @@ def page_context(run: ProcedureRun) -> dict[str, Any]:
         "steps_cut": steps_cut,
         "leases": leases,
         "lease_limit": LEASE_LIMIT,
-        "redacted_keys": keys,
-        "state_json": pretty_json(redact(run.state, keys)),
-        "output_json": None if run.output is None else pretty_json(redact(run.output, keys)),
+        "redacted_keys": redaction.keys,
+        "redaction_note": redaction.note,
+        "state_json": pretty_json(redaction.apply(run.state)),
+        "output_json": None if run.output is None else pretty_json(redaction.apply(run.output)),
         "lock_keys": [(name, mode) for name, mode in (run.lock_keys or [])],
         "duration": run_duration(run.started_at, run.finished_at, now),
         "failed_child": failed_child(run, node),
         "progress_bar": progress_bar(run.progress),
         "progress_at": run.progress_updated_at,
         "children_bar": children_bar(sum(c.row.status == RunStatus.DONE for c in children), len(children)),
+        # A task of Django's Tasks framework: its function; the state holds its arguments, the output its return value.
+        "task_function": run.type_name.removeprefix(TYPE_PREFIX) if is_task_type(run.type_name) else None,
         "now": now,
     }

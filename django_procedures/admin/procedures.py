@@ -19,12 +19,13 @@ from django.utils.translation import gettext_lazy as _
 from django_procedures import registry
 from django_procedures.admin import display, progress
 from django_procedures.admin.bulk import BulkConfirmations
-from django_procedures.admin.changelist import EstimatedCountPaginator, ProcedureChangeList
+from django_procedures.admin.changelist import EstimatedCountPaginator, ProcedureChangeList, QueryStringGuard
 from django_procedures.admin.confirm import CANCEL, RETRY
 from django_procedures.admin.dashboard import dashboard_context
 from django_procedures.admin.filters import LIST_FILTER, distinct_values
 from django_procedures.admin.page import page_context
 from django_procedures.admin.reads import ROW_FIELDS, step_total
+from django_procedures.admin.redaction import NoJsonLookups
 from django_procedures.admin.why import first_line
 from django_procedures.models import ProcedureRun
 from django_procedures.policy.status import FINAL, RunStatus
@@ -32,7 +33,7 @@ from django_procedures.policy.status import FINAL, RunStatus
 TEMPLATES = "admin/django_procedures/procedurerun"
 
 
-class ProcedureRunAdmin(BulkConfirmations, admin.ModelAdmin):
+class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.ModelAdmin):
     """Operators read procedures here and retry or cancel them; nobody edits a procedure's columns."""
 
     # The last error right after where it happened: on a narrow screen the numbers at the end scroll, not it.
@@ -69,11 +70,14 @@ class ProcedureRunAdmin(BulkConfirmations, admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # finished trees are removed by procedures_prune, never one row at a time
 
+    # Each action needs the view permission as well as its own: its confirmation page shows the procedures.
+
     def has_retry_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.retry_procedurerun")
+        return self.has_view_permission(request) and request.user.has_perm(f"{self.opts.app_label}.retry_procedurerun")
 
     def has_cancel_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.cancel_procedurerun")
+        return self.has_view_permission(request) and request.user.has_perm(
+            f"{self.opts.app_label}.cancel_procedurerun")
 
     # -- the list ----------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The schedule actions as plain functions: plan (read-only) and perform (through the store).
 
-Pause, resume and trigger-now each have a plan, saying for every selected
+Pause, resume, trigger-now and delete each have a plan, saying for every selected
 schedule what would change (trigger-now asks the pure tick policy what its
 tick would do), and a perform function that goes through
 ``django_procedures.store.schedules`` one schedule at a time. Nothing here
@@ -13,11 +13,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.db.models import Count, Q
 from django.utils.translation import ngettext
 
 from django_procedures.exceptions import InvalidOperation
-from django_procedures.models import Schedule
+from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.policy.schedule import Mode, decide_trigger
+from django_procedures.policy.status import UNFINISHED
 from django_procedures.store import schedules as store
 
 
@@ -93,6 +95,39 @@ def plan_trigger(rows: Iterable[Schedule], now: datetime) -> list[PlanItem]:
     return items
 
 
+def plan_delete(rows: Iterable[Schedule]) -> list[PlanItem]:
+    """What deleting each schedule does to its runs (``store.schedules.delete_schedule``), as of now."""
+    rows = list(rows)
+    counts: dict[tuple[int, bool], int] = {}
+    for schedule_id, unfinished, n in _run_counts([s.pk for s in rows]):
+        counts[(schedule_id, unfinished)] = n
+    items = []
+    for s in rows:
+        active, finished = counts.get((s.pk, True), 0), counts.get((s.pk, False), 0)
+        parts = [ngettext("%(n)d unfinished run is cancelled (with its subtree)",
+                          "%(n)d unfinished runs are cancelled (with their subtrees)", active) % {"n": active}]
+        if s.pending_ticks:
+            parts.append(ngettext("%(n)d pending tick is dropped", "%(n)d pending ticks are dropped",
+                                  len(s.pending_ticks)) % {"n": len(s.pending_ticks)})
+        parts.append(ngettext("%(n)d finished run is kept, no longer linked to it",
+                              "%(n)d finished runs are kept, no longer linked to it", finished) % {"n": finished})
+        if s.from_code:
+            parts.append("it is declared in code: the next worker start or migrate creates it again unless its "
+                         "declaration is removed")
+        items.append(PlanItem(s, True, "deleted: " + "; ".join(parts)))
+    return items
+
+
+def _run_counts(ids: Sequence[int]) -> list[tuple[int, bool, int]]:
+    """``(schedule id, unfinished, runs)`` for the schedules ``ids``: one grouped query."""
+    rows = (ProcedureRun.objects.filter(schedule_id__in=list(ids)).values("schedule_id")
+            .annotate(unfinished=Count("id", filter=Q(status__in=UNFINISHED)), total=Count("id")))
+    out = []
+    for r in rows:
+        out += [(r["schedule_id"], True, r["unfinished"]), (r["schedule_id"], False, r["total"] - r["unfinished"])]
+    return out
+
+
 @dataclass(frozen=True)
 class Report:
     """What an action did: ``(schedule id, what happened)`` per changed schedule, and the refusals."""
@@ -154,6 +189,20 @@ def trigger_schedules(ids: Sequence[int]) -> Report:
             totals[key] += result[key]
         changed.append((pk, "Triggered from the admin: " + outcome(result) + "."))
     return Report(tuple(changed), tuple(refused), totals)
+
+
+def delete_schedules(ids: Sequence[int], *, by: str) -> Report:
+    """Delete each schedule through ``store.schedules.delete_schedule``; one deleted meanwhile is refused."""
+    changed, refused = [], []
+    for pk in ids:
+        try:
+            deleted = store.delete_schedule(pk, by=by)
+        except InvalidOperation as error:
+            refused.append((pk, str(error)))
+            continue
+        changed.append((pk, f"Deleted from the admin: {len(deleted.cancelled)} procedures cancelled (its unfinished "
+                            f"runs and their subtrees), {deleted.kept} finished runs kept."))
+    return Report(tuple(changed), tuple(refused))
 
 
 def outcome(result: dict[str, int]) -> str:

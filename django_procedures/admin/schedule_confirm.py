@@ -1,4 +1,5 @@
-"""Pause, resume and trigger-now as confirmable bulk actions: what their pages and messages say, and how they run.
+"""Pause, resume, trigger-now and delete as confirmable bulk actions: what their pages and messages say, how
+they run.
 
 The request flow (confirmation page, permission, messages, admin log) is
 ``admin.bulk``'s; the work is the plain functions of ``admin.schedule_actions``.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.contrib.admin.models import DELETION, LogEntry
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import gettext_lazy, ngettext_lazy
@@ -83,4 +85,30 @@ TRIGGER = BulkAction(
     perform=_performer(lambda request, ids: actions.trigger_schedules(ids),
                        ngettext_lazy("Triggered %(count)d schedule: %(outcome)s.",
                                      "Triggered %(count)d schedules: %(outcome)s.", "count")),
+)
+
+
+def _delete(request: HttpRequest, selected: list[Schedule]) -> Outcome:
+    """Delete through the store; the admin log gets a deletion entry per schedule (its row is gone after)."""
+    report = actions.delete_schedules([s.pk for s in selected], by=operator(request))
+    deleted = dict(report.changed)
+    for s in selected:
+        if s.pk in deleted:
+            LogEntry.objects.log_actions(user_id=request.user.pk, queryset=[s], action_flag=DELETION,
+                                         change_message=deleted[s.pk])
+    n = len(deleted)
+    message = ngettext_lazy("Deleted %(count)d schedule.", "Deleted %(count)d schedules.", "count") % {"count": n}
+    return Outcome(message if n else "", report.refused, ())
+
+
+DELETE = BulkAction(
+    kind="delete",
+    label=gettext_lazy("Delete"),
+    title=ngettext_lazy("Delete %(count)d schedule?", "Delete %(count)d schedules?", "count"),
+    confirm=ngettext_lazy("Yes, delete %(count)d schedule", "Yes, delete %(count)d schedules", "count"),
+    refusal=ngettext_lazy("%(count)d schedule was not deleted: %(reasons)s",
+                          "%(count)d schedules were not deleted: %(reasons)s", "count"),
+    plan=_planner(actions.plan_delete),
+    perform=_delete,
+    danger=True,
 )

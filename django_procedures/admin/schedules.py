@@ -1,8 +1,11 @@
-"""``ScheduleAdmin``: schedules with their metrics; the definition form; pause, resume and trigger-now.
+"""``ScheduleAdmin``: schedules with their metrics; the definition form; pause, resume, trigger-now and delete.
 
 The form edits a schedule's definition only: its metrics, pending ticks and
 pause state are read-only here (pause and resume are actions with their own
 permissions), and saving goes through ``store.schedules.save_schedule``.
+Deleting goes through ``store.schedules.delete_schedule`` (Django's
+``delete_selected`` and its delete page are replaced: a plain delete would
+leave the schedule's runs holding slots of nothing).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -22,8 +26,10 @@ from django.utils.translation import gettext_lazy as _
 
 from django_procedures import registry
 from django_procedures.admin import display
-from django_procedures.admin.bulk import BulkAction, BulkConfirmations
-from django_procedures.admin.schedule_confirm import PAUSE, RESUME, TRIGGER
+from django_procedures.admin.bulk import BulkConfirmations, operator
+from django_procedures.admin.changelist import QueryStringGuard
+from django_procedures.admin.redaction import NoJsonLookups, redaction_for
+from django_procedures.admin.schedule_confirm import DELETE, PAUSE, RESUME, TRIGGER
 from django_procedures.admin.why import first_line, timestamp
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.store import schedules as store
@@ -32,10 +38,11 @@ TEMPLATES = "admin/django_procedures/schedule"
 RECENT_RUNS = 10
 DEFINITION = ("name", "procedure", "state", "mode", "period", "cron", "timezone", "initial_delay", "max_concurrency",
               "missed", "max_pending", "max_run_time", "queue")
-STATUS = ("status", "next_tick_detail", "last_tick_at", "from_code", "updated_at")
+STATUS = ("status", "next_tick_detail", "last_tick_at", "last_error", "last_error_at", "from_code", "updated_at")
 #: Columns the confirmation pages and the admin log read.
 SCHEDULE_FIELDS = ("id", "name", "procedure", "mode", "period", "cron", "timezone", "max_concurrency", "missed",
-                   "max_pending", "enabled", "disabled_reason", "next_tick_at", "active_runs", "pending_ticks")
+                   "max_pending", "enabled", "disabled_reason", "next_tick_at", "active_runs", "pending_ticks",
+                   "from_code")
 
 
 class ScheduleForm(forms.ModelForm):
@@ -65,8 +72,14 @@ class ScheduleForm(forms.ModelForm):
                 choices.append((current, f"{current} (not registered in this process)"))
             self.fields["procedure"].widget = forms.Select(choices=choices)
 
+        if self.instance.pk and "state" in self.fields:
+            # Shown masked as its runs' state is; a value left masked keeps the stored secret on save.
+            self.initial["state"] = redaction_for(self.instance.procedure).apply(self.instance.state)
+
     def clean_state(self) -> Any:
         state = self.cleaned_data.get("state")
+        if self.instance.pk and state is not None:
+            state = redaction_for(self.instance.procedure).restore(state, self.instance.state)
         return {} if state is None else state  # left empty: no state
 
     def clean_initial_delay(self) -> Any:
@@ -74,7 +87,7 @@ class ScheduleForm(forms.ModelForm):
         return timedelta(0) if delay is None else delay  # left empty: none
 
 
-class ScheduleAdmin(BulkConfirmations, admin.ModelAdmin):
+class ScheduleAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.ModelAdmin):
     """Operators read schedules' metrics here, edit definitions, and pause, resume or trigger them."""
 
     form = ScheduleForm
@@ -86,7 +99,8 @@ class ScheduleAdmin(BulkConfirmations, admin.ModelAdmin):
     ordering = ("name",)
     list_per_page = 100
     show_facets = admin.ShowFacets.NEVER
-    actions = ("pause_selected", "resume_selected", "trigger_selected")
+    # delete_selected is ours (through the store), replacing Django's plain ORM delete of the same name.
+    actions = ("pause_selected", "resume_selected", "trigger_selected", "delete_selected")
     action_fields = SCHEDULE_FIELDS
     action_ordering = ("name",)
     change_form_template = f"{TEMPLATES}/change_form.html"
@@ -96,18 +110,22 @@ class ScheduleAdmin(BulkConfirmations, admin.ModelAdmin):
 
     # -- permissions: one per action ---------------------------------------------------------
 
+    # Each action needs the view permission as well as its own: its confirmation page shows the schedules.
+
     def has_pause_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.pause_schedule")
+        return self.has_view_or_change_permission(request) and request.user.has_perm(
+            f"{self.opts.app_label}.pause_schedule")
 
     def has_resume_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.resume_schedule")
+        return self.has_view_or_change_permission(request) and request.user.has_perm(
+            f"{self.opts.app_label}.resume_schedule")
 
     def has_trigger_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.trigger_schedule")
+        return self.has_view_or_change_permission(request) and request.user.has_perm(
+            f"{self.opts.app_label}.trigger_schedule")
 
-    def has_button_permission(self, request: HttpRequest, action: BulkAction) -> bool:
-        # The view permission too, as the action needs it to reach the list.
-        return super().has_button_permission(request, action) and self.has_view_or_change_permission(request)
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.has_view_or_change_permission(request) and super().has_delete_permission(request, obj)
 
     # -- the list ----------------------------------------------------------------------------
 
@@ -148,13 +166,20 @@ class ScheduleAdmin(BulkConfirmations, admin.ModelAdmin):
     @admin.display(description=_("enabled"), ordering="enabled")
     def status(self, s: Schedule) -> str:
         if s.enabled:
-            return format_html('<span class="proc-badge proc-done">{}</span>', _("enabled"))
-        return format_html('<span class="proc-badge proc-cancelled">{}</span> <span class="proc-muted proc-reason" '
-                           'title="{}">{}</span>', _("paused"), s.disabled_reason, first_line(s.disabled_reason, 60))
+            state = format_html('<span class="proc-badge proc-done">{}</span>', _("enabled"))
+        else:
+            state = format_html('<span class="proc-badge proc-cancelled">{}</span> <span class="proc-muted '
+                                'proc-reason" title="{}">{}</span>', _("paused"), s.disabled_reason,
+                                first_line(s.disabled_reason, 60))
+        if not s.last_error:
+            return state
+        return format_html('{} <span class="proc-badge proc-failed sched-error" title="{}">{}</span>'
+                           '<span class="proc-error proc-reason">{}</span>', state, s.last_error, _("cannot tick"),
+                           first_line(s.last_error, 80))
 
     # -- the schedule page: status, metrics and recent runs first, then the definition ------------
 
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[tuple[Any, dict[str, Any]]]:
+    def _fieldsets(self, obj: Any = None) -> list[tuple[Any, dict[str, Any]]]:
         if obj is None:
             return [(_("Definition"), {"fields": DEFINITION}), (_("Start"), {"fields": ("enabled",)})]
         return [
@@ -169,7 +194,21 @@ class ScheduleAdmin(BulkConfirmations, admin.ModelAdmin):
         if obj is None:
             return ()
         fixed = ("name",) if obj.from_code else ()  # renamed, the next sync would create it again
-        return (*fixed, *STATUS, "metrics", "recent_runs", "snapshot")
+        return (*fixed, *STATUS, "metrics", "recent_runs", "snapshot", "masked_state")
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[tuple[Any, dict[str, Any]]]:
+        """Read-only, the state is shown masked (the form, for an editor, masks it itself)."""
+        fieldsets = self._fieldsets(obj)
+        if obj is None or self.has_change_permission(request, obj):
+            return fieldsets
+        return [(title, {**options, "fields": tuple("masked_state" if f == "state" else f for f in options["fields"])})
+                for title, options in fieldsets]
+
+    @admin.display(description=_("state"))
+    def masked_state(self, s: Schedule) -> str:
+        redaction = redaction_for(s.procedure)
+        return format_html('<pre class="proc-block" id="sched-state">{}</pre><p class="proc-muted">{}</p>',
+                           display.pretty_json(redaction.apply(s.state)), redaction.note)
 
     @admin.display(description=_("next tick"))
     def next_tick_detail(self, s: Schedule) -> str:
@@ -225,6 +264,7 @@ class ScheduleAdmin(BulkConfirmations, admin.ModelAdmin):
             "pause_url": reverse(self._url_name("pause"), args=[pk]),
             "resume_url": reverse(self._url_name("resume"), args=[pk]),
             "trigger_url": reverse(self._url_name("trigger"), args=[pk]),
+            "show_delete": self.has_button_permission(request, DELETE),  # view and delete, as the action
             "runs_url": runs_url(self.admin_site.name, pk),
             **(extra_context or {}),
         }
@@ -233,6 +273,25 @@ class ScheduleAdmin(BulkConfirmations, admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         """Through the store: a new schedule gets its first tick; an edit writes only the definition."""
         store.save_schedule(obj)
+
+    def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
+        """Through the store: unfinished runs cancelled, finished runs kept (never a plain ORM delete)."""
+        store.delete_schedule(obj.pk, by=operator(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        for pk in queryset.values_list("pk", flat=True):
+            store.delete_schedule(pk, by=operator(request))
+
+    def delete_view(self, request: HttpRequest, object_id: str,
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """The page's Delete link: the same confirmation as the action, then back to the list."""
+        if not self.has_button_permission(request, DELETE):
+            raise PermissionDenied
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404(f"no schedule has the id {object_id}")
+        response = self.confirm(request, self.get_queryset(request).filter(pk=obj.pk), DELETE, from_action=False)
+        return response or HttpResponseRedirect(reverse(self._url_name("changelist")))
 
     # -- actions and buttons -----------------------------------------------------------------
 
@@ -253,6 +312,10 @@ class ScheduleAdmin(BulkConfirmations, admin.ModelAdmin):
     @admin.action(description=_("Resume selected schedules"), permissions=["resume"])
     def resume_selected(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
         return self.confirm(request, queryset, RESUME, from_action=True)
+
+    @admin.action(description=_("Delete selected schedules…"), permissions=["delete"])
+    def delete_selected(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        return self.confirm(request, queryset, DELETE, from_action=True)
 
     @admin.action(description=_("Trigger selected schedules now"), permissions=["trigger"])
     def trigger_selected(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:

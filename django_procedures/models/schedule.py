@@ -14,6 +14,11 @@ from django.db.models import Q
 from django_procedures import clock
 from django_procedures.policy.cron import CronError, CronExpression
 from django_procedures.policy.schedule import Cadence, Missed, Mode, ScheduleSettings, every
+from django_procedures.policy.schedule_args import MAX_CONCURRENCY, duration_problem
+
+#: What computing a schedule's ticks can raise for a definition stored past validation (a cron expression
+#: or time zone this process cannot read, a time past ``datetime.max``).
+CADENCE_ERRORS = (ValueError, OverflowError, ZoneInfoNotFoundError, TypeError)
 
 MODE_CHOICES = [(m.value, m.value.replace("_", " ")) for m in Mode]
 MISSED_CHOICES = [(m.value, m.value.replace("_", " ")) for m in Missed]
@@ -51,6 +56,10 @@ class Schedule(models.Model):
     last_drift_ms = models.BigIntegerField(null=True, blank=True, editable=False)
     last_elapsed_ms = models.BigIntegerField(null=True, blank=True, editable=False)
     max_elapsed_ms = models.BigIntegerField(null=True, blank=True, editable=False)
+    #: Why the last pass could not tick this schedule (or a finishing run could not set its next tick);
+    #: cleared by the next pass that ticks it and by a change of its definition.
+    last_error = models.TextField(blank=True, editable=False)
+    last_error_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -85,7 +94,7 @@ class Schedule(models.Model):
         if self._state.adding and self.enabled and self.next_tick_at is None and (self.period or self.cron):
             try:
                 self.next_tick_at = self.first_tick(clock.now())
-            except ValueError:  # a cron expression that does not parse: clean() and the constraints say why
+            except CADENCE_ERRORS:  # a definition clean() refuses (a bad cron, zone or duration) says why there
                 pass
         super().save(*args, **kwargs)
 
@@ -131,7 +140,8 @@ class Schedule(models.Model):
             "pending_runs": len(self.pending_ticks), "last_drift_ms": self.last_drift_ms,
             "last_elapsed_ms": self.last_elapsed_ms, "max_elapsed_ms": self.max_elapsed_ms,
             "next_tick_at": self.next_tick_at, "last_tick_at": self.last_tick_at,
-            "disabled_reason": self.disabled_reason,
+            "disabled_reason": self.disabled_reason, "last_error": self.last_error,
+            "last_error_at": self.last_error_at,
         }
 
 
@@ -139,14 +149,20 @@ def validation_errors(s: Schedule) -> dict[str, str]:
     """Field -> a sentence saying what to change; shared by ``clean()`` and ``register_schedule``."""
     from django_procedures import registry
     from django_procedures.exceptions import UnknownProcedureType
+    from django_procedures.policy.options import check_queue
 
     errors: dict[str, str] = {}
+    if not isinstance(s.name, str) or not s.name.strip():
+        errors["name"] = "give the schedule a name"
     try:
         registry.get(s.procedure)
     except UnknownProcedureType as error:
         errors["procedure"] = str(error)
-    if s.period is not None and s.period <= timedelta(0):
-        errors["period"] = f"period must be positive; got {s.period.total_seconds():g} seconds"
+    for name, positive in (("period", True), ("initial_delay", False), ("max_run_time", True)):
+        value = getattr(s, name)
+        problem = None if value is None else duration_problem(name, value, positive=positive)
+        if problem:
+            errors[name] = problem
     if s.cron and s.period is not None:
         errors["cron"] = "give either a period or a cron expression, not both"
     elif not s.cron and s.period is None:
@@ -165,16 +181,21 @@ def validation_errors(s: Schedule) -> dict[str, str]:
     if s.timezone:
         try:
             ZoneInfo(s.timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            errors["timezone"] = f"unknown time zone {s.timezone!r}; use an IANA name such as 'Europe/Berlin'"
-    if s.initial_delay is not None and s.initial_delay < timedelta(0):
-        errors["initial_delay"] = "initial_delay must not be negative"
-    if s.max_run_time is not None and s.max_run_time <= timedelta(0):
-        errors["max_run_time"] = "max_run_time must be positive, or empty for no limit"
+        except (ZoneInfoNotFoundError, ValueError, TypeError):
+            errors["timezone"] = (f"unknown time zone {s.timezone!r} (this process's time zone data has no such "
+                                  "zone); use an IANA name such as 'Europe/Berlin'")
+    if isinstance(s.max_concurrency, int) and s.max_concurrency > MAX_CONCURRENCY:
+        errors["max_concurrency"] = f"max_concurrency must be at most {MAX_CONCURRENCY}; got {s.max_concurrency}"
     try:
-        errors.update(ScheduleSettings(s.mode, s.max_concurrency, s.missed, s.max_pending).errors())
-    except ValueError as error:
-        errors["mode"] = str(error)
+        errors.update({k: v for k, v in ScheduleSettings(s.mode, s.max_concurrency, s.missed, s.max_pending)
+                      .errors().items() if k not in errors})
+    except (ValueError, TypeError) as error:
+        errors.setdefault("mode", str(error))
+    if s.queue:  # empty: the procedure class's queue
+        try:
+            check_queue(s.queue)
+        except (TypeError, ValueError) as error:
+            errors["queue"] = str(error)
     if not isinstance(s.state, dict):
         errors["state"] = "state must be a JSON object"
     else:

@@ -10,11 +10,18 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
 
 def parse_duration(text: str | int | float | timedelta) -> timedelta:
-    """``"7d"``, ``"1d12h"``, a number of seconds, or a ``timedelta``; ``ValueError`` otherwise."""
+    """``"7d"``, ``"1d12h"``, a number of seconds, or a ``timedelta``; ``ValueError`` otherwise.
+
+    ``ValueError`` too for a duration Python cannot hold (more than 999,999,999 days).
+    """
     if isinstance(text, timedelta):
         value = text
     elif isinstance(text, int | float) and not isinstance(text, bool):
-        value = timedelta(seconds=text)
+        try:
+            value = timedelta(seconds=text)
+        except (OverflowError, ValueError):  # too large, infinite or NaN
+            raise ValueError(f"{text!r} seconds is not a duration; give a finite number of at most "
+                             f"{timedelta.max.days} days") from None
     elif isinstance(text, str) and text.strip():
         compact = text.strip().lower().replace(" ", "")
         parts = _PART.findall(compact)
@@ -22,7 +29,10 @@ def parse_duration(text: str | int | float | timedelta) -> timedelta:
             raise ValueError(
                 f"cannot read {text!r} as a duration; write a number with a unit, like 7d, 12h, 30m or 1d12h"
             )
-        value = sum((timedelta(**{_UNITS[u]: float(n)}) for n, u in parts), timedelta())
+        try:
+            value = sum((timedelta(**{_UNITS[u]: float(n)}) for n, u in parts), timedelta())
+        except OverflowError:
+            raise ValueError(f"{text!r} is too long; a duration is at most {timedelta.max.days} days") from None
     else:
         raise ValueError(f"cannot read {text!r} as a duration; write a number with a unit, like 7d or 12h")
     if value <= timedelta(0):

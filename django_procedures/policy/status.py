@@ -28,6 +28,8 @@ FINAL = frozenset({RunStatus.DONE, RunStatus.FAILED, RunStatus.ROLLED_BACK, RunS
 CLAIMABLE = (RunStatus.READY, RunStatus.RETRYING)
 #: Statuses that hold a lease.
 LEASED = (RunStatus.RUNNING, RunStatus.ROLLING_BACK)
+#: The statuses that are not final (a schedule's run holds its slot in them), listed so an index can serve them.
+UNFINISHED = tuple(s for s in RunStatus if s not in FINAL)
 
 
 class StepStatus(StrEnum):

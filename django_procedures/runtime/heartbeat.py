@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 
 from django.db import connection
 
+from django_procedures.runtime import deadlines
 from django_procedures.runtime.executor import RunningClaim, fail_overdue
 from django_procedures.runtime.outage import watch
 from django_procedures.store.db import is_disconnect
@@ -88,6 +89,7 @@ class Heartbeat(threading.Thread):
             elif r.deadline is not None and time.monotonic() > r.deadline and fail_overdue(r):
                 logger.warning("procedure %s: step %s ran past its timeout; attempt failed, result fenced out",
                                r.claim.id, r.current.name if r.current else "?")
+        deadlines.enforce(r for r in claims if (r.claim.id, r.claim.lease_token) in held)
 
     def stop(self) -> None:
         self.stop_event.set()

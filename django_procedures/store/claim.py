@@ -6,7 +6,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -15,7 +15,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from django_procedures import clock, signals
-from django_procedures.models import Lease, ProcedureRun
+from django_procedures.models import Lease, ProcedureRun, Schedule
+from django_procedures.policy.schedule_args import MAX_DURATION
 from django_procedures.policy.status import CLAIMABLE, RunStatus
 from django_procedures.store.db import bound_cursor, db_now_plus, is_postgresql, text_array
 from django_procedures.store.events import send_after_commit
@@ -43,6 +44,9 @@ class Claim:
     schedule_id: int | None = None
     in_rollback: bool = False
     lock_keys: list[list[str]] = field(default_factory=list)
+    #: A scheduled run's ``max_run_time`` after its start (or manual retry) when claimed: its worker cancels it
+    #: once past (None: no limit).
+    deadline: datetime | None = None
     #: When it was due: the pickup delay metric is measured from it.
     run_at: datetime | None = None
 
@@ -50,6 +54,18 @@ class Claim:
 _FIELDS = ["id", "type_name", "state", "step", "step_name", "attempt", "failures", "lost", "lease_token", "queue",
            "parent_id", "root_id", "depth", "suspension", "spawned_in", "schedule_id", "in_rollback", "lock_keys",
            "run_at"]
+
+_DEADLINE = ("started_at", "retried_at", "schedule__max_run_time")
+
+
+def _deadline(started_at: datetime | None, retried_at: datetime | None,
+              max_run_time: timedelta | None) -> datetime | None:
+    """``max_run_time`` after the run started, or after its manual retry (later); a limit stored past
+    validation counts as at most ``MAX_DURATION``."""
+    if started_at is None or max_run_time is None:
+        return None
+    return max(started_at, retried_at or started_at) + min(max_run_time, MAX_DURATION)
+
 
 # Due rows that need no lock key decision: no keys, or keys already held from an earlier claim.
 _PG_DUE = """
@@ -76,7 +92,10 @@ WITH picked AS ({picked}), claimed AS (
     INSERT INTO {lease} (procedure_id, token, worker, claimed_at, expires_at, outcome)
     SELECT id, lease_token, %(worker)s, clock_timestamp(), lease_expires_at, '' FROM claimed
 )
-SELECT {fields} FROM claimed ORDER BY priority DESC, run_at
+SELECT {fields}, CASE WHEN s.max_run_time IS NOT NULL  -- (LEAST ignores a NULL)
+    THEN GREATEST(claimed.started_at, claimed.retried_at) + LEAST(s.max_run_time, interval '{longest} days') END
+FROM claimed LEFT JOIN {schedule} AS s ON s.id = claimed.schedule_id
+ORDER BY claimed.priority DESC, claimed.run_at
 """
 
 
@@ -161,28 +180,31 @@ def _lease(worker: str, ids: list[uuid.UUID], lease_seconds: float, now: datetim
         started_at=Coalesce("started_at", now), step_started_at=now,
         keys_held=Case(When(lock_keys=[], then=Value(False)), default=Value(True)),
     )
-    rows = {r["id"]: r for r in ProcedureRun.objects.filter(id__in=ids).values(*_FIELDS, "lease_expires_at")}
+    rows = {r["id"]: r for r in
+            ProcedureRun.objects.filter(id__in=ids).values(*_FIELDS, "lease_expires_at", *_DEADLINE)}
     Lease.objects.bulk_create(
         Lease(procedure_id=pid, token=rows[pid]["lease_token"], worker=worker, claimed_at=timezone.now(),
               expires_at=rows[pid]["lease_expires_at"])
         for pid in ids
     )
-    return [Claim(**{k: rows[pid][k] for k in _FIELDS}) for pid in ids]
+    return [Claim(**{k: rows[pid][k] for k in _FIELDS}, deadline=_deadline(*(rows[pid][k] for k in _DEADLINE)))
+            for pid in ids]
 
 
 def _run_pg(picked: str, worker: str, lease_seconds: float, now: datetime, **params: Any) -> list[Claim]:
-    sql = _PG_CLAIM.format(picked=picked, run=ProcedureRun._meta.db_table,
-                           lease=Lease._meta.db_table, fields=", ".join(_FIELDS))
+    sql = _PG_CLAIM.format(picked=picked, run=ProcedureRun._meta.db_table, lease=Lease._meta.db_table,
+                           schedule=Schedule._meta.db_table, longest=MAX_DURATION.days,
+                           fields=", ".join(f"claimed.{f}" for f in _FIELDS))
     with bound_cursor() as cursor:
         cursor.execute(sql, {"now": now, "worker": worker, "lease": float(lease_seconds), **params})
         rows = cursor.fetchall()
     claims = []
     for row in rows:
-        values = dict(zip(_FIELDS, row, strict=True))
+        values = dict(zip(_FIELDS, row[:-1], strict=True))
         for name in ("state", "lock_keys"):
             if isinstance(values[name], str):
                 values[name] = json.loads(values[name])
-        claims.append(Claim(**values))
+        claims.append(Claim(**values, deadline=row[-1]))
     return claims
 
 

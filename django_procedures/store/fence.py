@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
 from django.db.models import F
 
 from django_procedures import clock, signals
@@ -17,12 +15,13 @@ from django_procedures.exceptions import LeaseLost
 from django_procedures.models import ProcedureRun, Step
 from django_procedures.policy.retry import FailDecision, RetryDecision
 from django_procedures.policy.status import LeaseOutcome, RunStatus, StepStatus
-from django_procedures.store import advance, finals, tree
+from django_procedures.store import advance, transitions, tree
 from django_procedures.store.advance import close_lease
 from django_procedures.store.claim import Claim
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
 from django_procedures.store.submit import Parent, build_row, insert
+from django_procedures.store.transitions import Ending
 
 if TYPE_CHECKING:
     from django_procedures.procedure import Procedure
@@ -58,18 +57,10 @@ def _lost(claim: Claim) -> LeaseLost:
     return LeaseLost(f"procedure {claim.id} is no longer held by lease token {claim.lease_token}")
 
 
-@contextmanager
-def _transaction() -> Iterator[None]:
-    """Join the caller's transaction (an atomic step's, or a test's) or open one.
-
-    Joining without a savepoint is safe because a ``LeaseLost`` raised here
-    comes from an UPDATE that matched nothing: the transaction is still usable.
-    """
-    if transaction.get_connection().in_atomic_block:
-        yield
-    else:
-        with transaction.atomic():
-            yield
+#: Join the caller's transaction (an atomic step's, or a test's) or open one. Joining without a savepoint
+#: is safe because a ``LeaseLost`` raised here comes from an UPDATE that matched nothing: the transaction
+#: is still usable.
+_transaction = transitions.joined
 
 
 def holds(claim: Claim) -> bool:
@@ -117,13 +108,10 @@ def _committed(claim: Claim, records: Sequence[StepRecord]) -> None:
                           step_index=r.index, step_name=r.name)
 
 
-def _lock_for_final(claim: Claim) -> None:
-    finals.lock_for_final(claim.schedule_id, claim.parent_id)
-
-
-def _finish(claim: Claim, *, failed: bool) -> None:
-    finals.finished(claim.id, parent_id=claim.parent_id, spawned_in=claim.spawned_in,
-                    schedule_id=claim.schedule_id, failed=failed, has_keys=bool(claim.lock_keys))
+def _failed_step(claim: Claim, record: StepRecord, error: str) -> None:
+    Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
+                        status=StepStatus.FAILED, lease_token=claim.lease_token, started_at=record.started_at,
+                        finished_at=record.finished_at, error=error)
 
 
 # -- forward progress -------------------------------------------------------------------------
@@ -144,14 +132,19 @@ def checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any
 
 
 def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], output: Any) -> None:
-    """Commit the last steps and finish the procedure ``done`` with ``output``."""
-    with _transaction():
-        _lock_for_final(claim)
+    """Commit the last steps and finish the procedure ``done`` with ``output`` (a final transition).
+
+    On PostgreSQL the run, its ``Step`` rows and its lease are written by one
+    statement (``advance.complete``), inside the final path's locks and hooks.
+    """
+    def write() -> bool:
         if not advance.complete(claim, records, state, output):
-            raise _lost(claim)
-        _finish(claim, failed=False)
-    _committed(claim, records)
-    send_after_commit(signals.procedure_done, procedure_id=claim.id, type_name=claim.type_name)
+            return False
+        _committed(claim, records)
+        return True
+
+    if not transitions.finish_one(Ending.of(claim), write, failed=False, signal=signals.procedure_done):
+        raise _lost(claim)
 
 
 def child_rows(claim: Claim, children: Sequence[Procedure]) -> list[ProcedureRun]:
@@ -192,7 +185,9 @@ def handled_child_failure(claim: Claim, child_id: Any, state: dict[str, Any]) ->
     """``on_child_failed`` returned for ``child_id``: save the state it left, and never report that child again."""
     with _transaction():
         fenced_update(claim, state=state, step_started_at=clock.now())
-        ProcedureRun.objects.filter(id=child_id, parent_id=claim.id).update(failure_handled=True)
+        # Only while it is still final: a child retried meanwhile must have its next failure reported.
+        ProcedureRun.objects.filter(id=child_id, parent_id=claim.id, status__in=tree.FAILED_CHILD).update(
+            failure_handled=True)
     claim.state = state
 
 
@@ -224,90 +219,87 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
     ``rollback`` it goes ``rolling_back`` under the same lease (never committing
     ``failed`` first) and the caller runs the rollback next; with ``hand_off``
     too, the lease ends and the rollback is left for the next claim. Without
-    ``rollback`` the failure is final.
+    ``rollback`` the failure is final (through ``transitions.finalise``).
     """
     error = _truncate(error, conf.MAX_ERROR_LENGTH)
     traceback = _truncate(traceback, conf.MAX_TRACEBACK_LENGTH, keep_tail=True)
-    retrying = isinstance(decision, RetryDecision)
-    final = not retrying and not rollback
     failed_step = record.name if record else claim.step_name
     at_step = claim.step if at_step is None else at_step
-    with _transaction():
-        if final:
-            _lock_for_final(claim)
-        if isinstance(decision, RetryDecision):
+    if isinstance(decision, RetryDecision):
+        with _transaction():
             fenced_update(claim, at_step=at_step, status=RunStatus.RETRYING, run_at=decision.run_at,
                           failures=decision.failures, attempt=claim.attempt + 1, error=error, traceback=traceback,
                           **_LEASE_CLEARED)
-        elif rollback:
-            lease = {"status": RunStatus.READY, "run_at": clock.now(), **_LEASE_CLEARED} if hand_off else {
-                "status": RunStatus.ROLLING_BACK, "in_unsafe_step": False}
+            if record is not None:
+                _failed_step(claim, record, error)
+            close_lease(claim.id, claim.lease_token, LeaseOutcome.RETRIED)
+        send_after_commit(signals.procedure_retrying, procedure_id=claim.id, type_name=claim.type_name, error=error)
+        return
+    if rollback:
+        lease = {"status": RunStatus.READY, "run_at": clock.now(), **_LEASE_CLEARED} if hand_off else {
+            "status": RunStatus.ROLLING_BACK, "in_unsafe_step": False}
+        with _transaction():
             fenced_update(claim, at_step=at_step, in_rollback=True, failures=0, lost=0, attempt=1, error=error,
                           traceback=traceback, failed_step=failed_step, failure_can_retry=decision.manual_retry,
                           pending_children=0, **lease)
-        else:
-            tried = 1 if record is not None else 0  # poisonous or removed steps fail without an attempt
-            fenced_update(claim, at_step=at_step, status=RunStatus.FAILED, failures=claim.failures + tried,
-                          attempt=claim.attempt + tried, error=error, traceback=traceback, failed_step=failed_step,
-                          failure_can_retry=decision.manual_retry, finished_at=clock.now(), pending_children=0,
-                          **_LEASE_CLEARED)
-        if record is not None:
-            Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name,
-                                attempt=record.attempt, status=StepStatus.FAILED, lease_token=claim.lease_token,
-                                started_at=record.started_at, finished_at=record.finished_at, error=error)
-        if not retrying:
+            if record is not None:
+                _failed_step(claim, record, error)
             tree.cancel_subtree(claim.id, f"cancelled: ancestor {claim.id} failed", include_self=False)
-        if retrying:
-            close_lease(claim.id, claim.lease_token, LeaseOutcome.RETRIED)
-        elif hand_off:
-            close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
-            notify([claim.queue])
-        elif final:
-            close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
-            _finish(claim, failed=True)
-    if retrying:
-        send_after_commit(signals.procedure_retrying, procedure_id=claim.id, type_name=claim.type_name, error=error)
-    elif final:
-        send_after_commit(signals.procedure_failed, procedure_id=claim.id, type_name=claim.type_name, error=error)
-    if rollback:
+            if hand_off:
+                close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
+                notify([claim.queue])
         claim.in_rollback, claim.failures, claim.lost, claim.attempt = True, 0, 0, 1
+        return
+
+    def write() -> bool:
+        tried = 1 if record is not None else 0  # poisonous or removed steps fail without an attempt
+        fenced_update(claim, at_step=at_step, status=RunStatus.FAILED, failures=claim.failures + tried,
+                      attempt=claim.attempt + tried, error=error, traceback=traceback, failed_step=failed_step,
+                      failure_can_retry=decision.manual_retry, finished_at=clock.now(), pending_children=0,
+                      **_LEASE_CLEARED)
+        if record is not None:
+            _failed_step(claim, record, error)
+        tree.cancel_subtree(claim.id, f"cancelled: ancestor {claim.id} failed", include_self=False)
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
+        return True
+
+    transitions.finish_one(Ending.of(claim), write, failed=True, signal=signals.procedure_failed, error=error)
 
 
 def finish_rollback(claim: Claim, record: StepRecord) -> None:
     """The rollback succeeded: ``rolled_back``, final."""
-    with _transaction():
-        _lock_for_final(claim)
+    def write() -> bool:
         fenced_update(claim, status=RunStatus.ROLLED_BACK, finished_at=clock.now(), rollback_error="",
                       **_LEASE_CLEARED)
         Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
                             status=StepStatus.DONE, lease_token=claim.lease_token, started_at=record.started_at,
                             finished_at=record.finished_at)
         close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
-        _finish(claim, failed=True)
-    send_after_commit(signals.procedure_rolled_back, procedure_id=claim.id, type_name=claim.type_name)
+        return True
+
+    transitions.finish_one(Ending.of(claim), write, failed=True, signal=signals.procedure_rolled_back)
 
 
 def fail_rollback(claim: Claim, record: StepRecord, error: str, decision: RetryDecision | FailDecision) -> None:
     """The rollback failed: try it again later, or end ``failed`` with both errors kept."""
     error = _truncate(error, conf.MAX_ERROR_LENGTH)
-    retrying = isinstance(decision, RetryDecision)
-    with _transaction():
-        if retrying:
+    if isinstance(decision, RetryDecision):
+        with _transaction():
             fenced_update(claim, status=RunStatus.RETRYING, run_at=decision.run_at, failures=decision.failures,
                           attempt=claim.attempt + 1, rollback_error=error, **_LEASE_CLEARED)
-        else:
-            _lock_for_final(claim)
-            fenced_update(claim, status=RunStatus.FAILED, failures=claim.failures + 1, attempt=claim.attempt + 1,
-                          rollback_error=error, finished_at=clock.now(), pending_children=0,
-                          failure_can_retry=decision.manual_retry, **_LEASE_CLEARED)
-        Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
-                            status=StepStatus.FAILED, lease_token=claim.lease_token, started_at=record.started_at,
-                            finished_at=record.finished_at, error=error)
-        close_lease(claim.id, claim.lease_token, LeaseOutcome.RETRIED if retrying else LeaseOutcome.FAILED)
-        if not retrying:
-            _finish(claim, failed=True)
-    if not retrying:
-        send_after_commit(signals.procedure_failed, procedure_id=claim.id, type_name=claim.type_name, error=error)
+            _failed_step(claim, record, error)
+            close_lease(claim.id, claim.lease_token, LeaseOutcome.RETRIED)
+        return
+
+    def write() -> bool:
+        fenced_update(claim, status=RunStatus.FAILED, failures=claim.failures + 1, attempt=claim.attempt + 1,
+                      rollback_error=error, finished_at=clock.now(), pending_children=0,
+                      failure_can_retry=decision.manual_retry, **_LEASE_CLEARED)
+        _failed_step(claim, record, error)
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
+        return True
+
+    transitions.finish_one(Ending.of(claim), write, failed=True, signal=signals.procedure_failed, error=error)
 
 
 # -- giving the procedure back -----------------------------------------------------------------

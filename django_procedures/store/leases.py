@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from django.db import connection, transaction
@@ -13,10 +15,10 @@ from django.db.models import F
 from django_procedures import clock, signals
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.policy.status import LEASED, LeaseOutcome, RunStatus, StepStatus
-from django_procedures.store import finals, tree
+from django_procedures.store import transitions, tree
 from django_procedures.store.db import db_now, db_now_plus, is_postgresql
-from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
+from django_procedures.store.transitions import Ending
 
 logger = logging.getLogger("django_procedures.store")
 
@@ -62,53 +64,92 @@ class SweepReport:
     parked: int = 0
 
 
+_SWEPT = ("id", "lease_token", "lease_owner", "step", "step_name", "attempt", "step_started_at", "queue", "type_name",
+          "parent_id", "spawned_in", "in_rollback", "schedule_id", "lock_keys")
+
+
 def sweep_expired(limit: int = 100) -> SweepReport:
     """Return procedures whose lease expired to be claimed again, or park them.
 
     The old lease closes as ``expired`` and the lost attempt is recorded as a
     ``lost`` step. A procedure lost inside a non-idempotent step is parked
-    ``failed`` instead of being re-run. Rows another transaction holds are
-    skipped, never waited for.
+    ``failed`` instead of being re-run: a final transition, made through
+    ``transitions.finalise`` in a transaction of its own (its schedule and
+    parent are locked before its row, in the lock order). A row another
+    transaction holds is skipped, never waited for (the next sweep sees it
+    again); a park waits its turn for the schedule and parent rows, as a
+    finishing sibling does, and parks nothing if the run was renewed or
+    finished meanwhile.
     """
+    resumed = _resume_expired(limit)
+    parked = 0
+    unsafe = list(ProcedureRun.objects.filter(status__in=LEASED, in_unsafe_step=True, lease_expires_at__lt=db_now())
+                  .order_by("depth", "id").values(*_SWEPT)[:limit])
+    for row in unsafe:
+        parked += _park(row)
+    return SweepReport(resumed, parked)
+
+
+def _message(row: dict[str, Any]) -> str:
+    where = "the rollback" if row["in_rollback"] else f"step {row['step_name']}"
+    return f"worker {row['lease_owner']} lost: its lease expired during {where}"
+
+
+def _lost_attempt(row: dict[str, Any], now: datetime) -> None:
+    """The ``lost`` Step row of the attempt, and its lease closed as ``expired``."""
+    Step.objects.create(procedure_id=row["id"], index=row["step"],
+                        name="rollback" if row["in_rollback"] else row["step_name"],
+                        attempt=row["attempt"], status=StepStatus.LOST, lease_token=row["lease_token"],
+                        started_at=row["step_started_at"], finished_at=now, error=_message(row))
+    Lease.objects.filter(procedure_id=row["id"], token=row["lease_token"], released_at__isnull=True).update(
+        released_at=db_now(), outcome=LeaseOutcome.EXPIRED)
+
+
+def _resume_expired(limit: int) -> int:
+    """Expired leases outside a non-idempotent step: back to ``ready`` (not final), in one transaction."""
     now = clock.now()
-    resumed = parked = 0
     queues = set()
     with transaction.atomic():
         expired = list(
-            ProcedureRun.objects.filter(status__in=LEASED, lease_expires_at__lt=db_now())
-            .select_for_update(skip_locked=True).order_by("depth", "id")
-            .values("id", "lease_token", "lease_owner", "step", "step_name", "attempt", "in_unsafe_step",
-                    "step_started_at", "queue", "type_name", "parent_id", "spawned_in", "in_rollback",
-                    "schedule_id")[:limit]
+            ProcedureRun.objects.filter(status__in=LEASED, in_unsafe_step=False, lease_expires_at__lt=db_now())
+            .select_for_update(skip_locked=True).order_by("depth", "id").values(*_SWEPT)[:limit]
         )
         for row in expired:
-            fence = ProcedureRun.objects.filter(id=row["id"], lease_token=row["lease_token"])
-            where = "the rollback" if row["in_rollback"] else f"step {row['step_name']}"
-            message = f"worker {row['lease_owner']} lost: its lease expired during {where}"
-            if row["in_unsafe_step"]:
-                error = f"interrupted during non-idempotent step {row['step_name']}"
-                fence.update(status=RunStatus.FAILED, error=error, traceback="", failed_step=row["step_name"],
-                             failure_can_retry=True, finished_at=now, attempt=F("attempt") + 1, lost=F("lost") + 1,
-                             lease_token=F("lease_token") + 1, lease_owner="", lease_expires_at=None,
-                             in_unsafe_step=False)
-                parked += 1
-                tree.cancel_subtree(row["id"], f"cancelled: ancestor {row['id']} failed", include_self=False)
-                finals.finished(row["id"], parent_id=row["parent_id"], spawned_in=row["spawned_in"],
-                                schedule_id=row["schedule_id"], failed=True)
-                send_after_commit(signals.procedure_failed, procedure_id=row["id"], type_name=row["type_name"],
-                                  error=error)
-            else:
-                fence.update(status=RunStatus.READY, attempt=F("attempt") + 1, lost=F("lost") + 1,
-                             lease_token=F("lease_token") + 1, lease_owner="", lease_expires_at=None)
-                queues.add(row["queue"])
-                resumed += 1
-            Step.objects.create(procedure_id=row["id"], index=row["step"],
-                                name="rollback" if row["in_rollback"] else row["step_name"],
-                                attempt=row["attempt"], status=StepStatus.LOST, lease_token=row["lease_token"],
-                                started_at=row["step_started_at"], finished_at=now, error=message)
-            Lease.objects.filter(procedure_id=row["id"], token=row["lease_token"], released_at__isnull=True).update(
-                released_at=db_now(), outcome=LeaseOutcome.EXPIRED)
-            logger.warning("%s; %s", message, "parked as failed" if row["in_unsafe_step"] else "resuming elsewhere",
+            ProcedureRun.objects.filter(id=row["id"], lease_token=row["lease_token"]).update(
+                status=RunStatus.READY, attempt=F("attempt") + 1, lost=F("lost") + 1,
+                lease_token=F("lease_token") + 1, lease_owner="", lease_expires_at=None)
+            queues.add(row["queue"])
+            _lost_attempt(row, now)
+            logger.warning("%s; resuming elsewhere", _message(row),
                            extra={"procedure_id": str(row["id"]), "lease_token": row["lease_token"]})
         notify(queues)
-    return SweepReport(resumed, parked)
+    return len(expired)
+
+
+def _park(row: dict[str, Any]) -> bool:
+    """Park a run lost inside a non-idempotent step as ``failed`` (retryable by hand); False if it moved on."""
+    now = clock.now()
+    error = f"interrupted during non-idempotent step {row['step_name']}"
+
+    def write() -> bool:
+        # Still expired, under the same lease, inside the step: a worker that renewed or finished meanwhile
+        # wins. A row another transaction holds is left for the next sweep, as the resume does.
+        fence = ProcedureRun.objects.filter(id=row["id"], lease_token=row["lease_token"], status__in=LEASED,
+                                            in_unsafe_step=True, lease_expires_at__lt=db_now())
+        if fence.select_for_update(skip_locked=True).values_list("id", flat=True).first() is None:
+            return False
+        fence.update(status=RunStatus.FAILED, error=error, traceback="", failed_step=row["step_name"],
+                     failure_can_retry=True, finished_at=now, attempt=F("attempt") + 1, lost=F("lost") + 1,
+                     lease_token=F("lease_token") + 1, lease_owner="", lease_expires_at=None,
+                     in_unsafe_step=False, pending_children=0)
+        tree.cancel_subtree(row["id"], f"cancelled: ancestor {row['id']} failed", include_self=False)
+        _lost_attempt(row, now)
+        return True
+
+    run = Ending(row["id"], row["type_name"], row["parent_id"], row["spawned_in"], row["schedule_id"],
+                 bool(row["lock_keys"]))
+    if not transitions.finish_one(run, write, failed=True, signal=signals.procedure_failed, error=error):
+        return False
+    logger.warning("%s; parked as failed", _message(row),
+                   extra={"procedure_id": str(row["id"]), "lease_token": row["lease_token"]})
+    return True

@@ -1,12 +1,18 @@
-"""Periodic upkeep any worker runs every few seconds: expired leases, stranded key waiters, deadlocks."""
+"""Periodic upkeep any worker runs every few seconds: expired leases, stranded key waiters, deadlocks, and
+runs past their schedule's ``max_run_time``."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
-from django_procedures.store import locks, operations
-from django_procedures.store.leases import sweep_expired
+from django_procedures.store import locks, operations, overdue
+from django_procedures.store.db import is_disconnect
+from django_procedures.store.leases import SweepReport, sweep_expired
+
+T = TypeVar("T")
 
 logger = logging.getLogger("django_procedures.worker")
 
@@ -17,15 +23,41 @@ class MaintenanceReport:
     parked: int = 0
     woken: int = 0
     deadlocks: int = 0
+    timed_out: int = 0
 
 
 def maintain() -> MaintenanceReport:
-    """Recover expired leases, wake key waiters whose keys are free, and break lock key deadlocks."""
-    swept = sweep_expired()
-    woken = locks.wake_stranded()
+    """Recover expired leases, wake key waiters whose keys are free, break lock key deadlocks, and cancel
+    runs past their schedule's ``max_run_time`` (ticker or not).
+
+    Each part runs even if an earlier one failed (a row the sweep cannot write
+    must not stop ``max_run_time``); the first error is raised at the end, so
+    the worker's chore logs it. A lost connection is raised at once.
+    """
+    errors: list[Exception] = []
+
+    def part(run: Callable[[], T], default: T) -> T:
+        try:
+            return run()
+        except Exception as error:
+            if is_disconnect(error):
+                raise
+            errors.append(error)
+            return default
+
+    swept = part(sweep_expired, SweepReport())
+    woken = part(locks.wake_stranded, 0)
+    broken = part(_break_deadlocks, 0)
+    timed_out = len(part(overdue.cancel_overdue, []))
+    if errors:
+        raise errors[0]
+    return MaintenanceReport(swept.resumed, swept.parked, woken, broken, timed_out)
+
+
+def _break_deadlocks() -> int:
     broken = 0
     for victims, message in locks.deadlocks():
         if operations.fail_waiting(victims, message):
             broken += 1
             logger.warning("%s", message)
-    return MaintenanceReport(swept.resumed, swept.parked, woken, broken)
+    return broken

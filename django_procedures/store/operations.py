@@ -8,14 +8,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 
 from django_procedures import clock, signals
 from django_procedures.exceptions import InvalidOperation
-from django_procedures.models import ProcedureRun
+from django_procedures.models import ProcedureRun, Schedule
+from django_procedures.policy import manual_retry
 from django_procedures.policy.status import CLAIMABLE, FINAL, RunStatus
-from django_procedures.store import finals, tree
-from django_procedures.store.events import send_after_commit
+from django_procedures.store import transitions, tree
 from django_procedures.store.notify import notify
+from django_procedures.store.transitions import Ending
 
 
 def retry(procedure_id: Any, *, by: str = "") -> None:
@@ -25,12 +27,23 @@ def retry(procedure_id: Any, *, by: str = "") -> None:
     both retry budgets; ``Step`` rows keep their history and numbering. Records
     who retried and when. A procedure whose rollback failed resumes its steps
     (the operator has dealt with what the rollback could not).
+
+    The retry takes back what the failure's final transition gave up, under
+    the same locks (schedule, then parent, then the procedure): a child counts
+    as pending again for its parent, which must still be waiting on the
+    suspension that started it (else ``InvalidOperation`` says what to do
+    instead), and its next failure is reported to the parent again; a run of a
+    schedule holds a slot again, and is refused while none is free.
     """
     now = clock.now()
+    found = ProcedureRun.objects.filter(id=procedure_id).values("parent_id", "schedule_id").first()
+    if found is None:
+        raise InvalidOperation(f"procedure {procedure_id} does not exist")
     with transaction.atomic():
-        row = ProcedureRun.objects.select_for_update().filter(id=procedure_id).first()
-        if row is None:
-            raise InvalidOperation(f"procedure {procedure_id} does not exist")
+        schedule = (Schedule.objects.select_for_update().filter(id=found["schedule_id"]).first()
+                    if found["schedule_id"] is not None else None)
+        tree.lock_rows([found["parent_id"]])
+        row = ProcedureRun.objects.select_for_update().get(id=procedure_id)
         if row.status != RunStatus.FAILED:
             raise InvalidOperation(
                 f"procedure {procedure_id} is {row.status}; only failed procedures can be retried"
@@ -40,12 +53,42 @@ def retry(procedure_id: Any, *, by: str = "") -> None:
                 f"procedure {procedure_id} failed with an error marked not worth a manual retry "
                 f"({row.error[:200]}); submit a new procedure instead"
             )
+        refusal = retry_refusal(row, parents_of([row]).get(row.parent_id), schedule)
+        if refusal:
+            raise InvalidOperation(f"procedure {procedure_id} cannot be retried: {refusal}")
+        if row.parent_id is not None and row.spawned_in:
+            ProcedureRun.objects.filter(id=row.parent_id).update(pending_children=F("pending_children") + 1)
+        if schedule is not None:
+            Schedule.objects.filter(id=schedule.id).update(
+                active_runs=F("active_runs") + 1, overlaps=F("overlaps") + (1 if schedule.active_runs else 0))
         ProcedureRun.objects.filter(id=row.id).update(
             status=RunStatus.READY, run_at=now, failures=0, lost=0, in_unsafe_step=False, error="", traceback="",
             failed_step="", failure_can_retry=False, finished_at=None, retried_at=now, retried_by=by,
-            manual_retries=row.manual_retries + 1, in_rollback=False, rollback_error="",
+            manual_retries=row.manual_retries + 1, in_rollback=False, rollback_error="", failure_handled=False,
         )
         notify([row.queue])
+
+
+def parents_of(runs: Sequence[ProcedureRun]) -> dict[Any, manual_retry.ParentView]:
+    """The parents of ``runs`` that started them in a suspension, by id (one query)."""
+    ids = {r.parent_id for r in runs if r.parent_id is not None and r.spawned_in}
+    rows = ProcedureRun.objects.filter(id__in=ids).values_list("id", "type_name", "status", "suspension")
+    return {row[0]: manual_retry.ParentView(*row) for row in rows}
+
+
+def retry_refusal(run: ProcedureRun, parent: manual_retry.ParentView | None, schedule: Schedule | None) -> str | None:
+    """Why the failed ``run`` cannot be retried now because of its ``parent`` or its ``schedule``, or None.
+
+    The caller holds the parent's and the schedule's row locks if it acts on the answer.
+    """
+    if parent is not None and run.spawned_in:
+        refusal = manual_retry.child_refusal(run.spawned_in, parent)
+        if refusal:
+            return refusal
+    if schedule is not None:
+        return manual_retry.slot_refusal(schedule.name, active_runs=schedule.active_runs,
+                                         max_concurrency=schedule.max_concurrency)
+    return None
 
 
 @dataclass(frozen=True)
@@ -61,47 +104,45 @@ class CancelResult:
 
 
 def cancel(procedure_id: Any, *, by: str = "") -> CancelResult:
-    """Cancel the procedure and its whole unfinished subtree.
+    """Cancel the procedure and its whole unfinished subtree (a final transition, see ``store.transitions``).
 
     Running members are fenced out (their lease token is bumped), their keys
     released, and a cancelled child counts as a failed child of its parent.
     Cancelling a finished procedure changes nothing and says so.
     """
-    with transaction.atomic():
-        row = (ProcedureRun.objects.filter(id=procedure_id)
-               .values("status", "parent_id", "spawned_in", "schedule_id").first())
-        if row is None:
-            raise InvalidOperation(f"procedure {procedure_id} does not exist")
-        if row["status"] in FINAL:
-            return CancelResult((), f"procedure {procedure_id} is already {row['status']}; nothing was cancelled")
-        finals.lock_for_final(row["schedule_id"], row["parent_id"])
-        reason = f"cancelled by {by}" if by else "cancelled"
-        cancelled = tree.cancel_subtree(procedure_id, reason)
-        if uuid.UUID(str(procedure_id)) in cancelled:
-            finals.finished(uuid.UUID(str(procedure_id)), parent_id=row["parent_id"], spawned_in=row["spawned_in"],
-                            schedule_id=row["schedule_id"], failed=True)
+    row = (ProcedureRun.objects.filter(id=procedure_id)
+           .values("id", "type_name", "status", "parent_id", "spawned_in", "schedule_id").first())
+    if row is None:
+        raise InvalidOperation(f"procedure {procedure_id} does not exist")
+    reason = f"cancelled by {by}" if by else "cancelled"
+    cancelled: list[uuid.UUID] = []
+
+    def write() -> bool:
+        cancelled.extend(tree.cancel_subtree(row["id"], reason))  # locks the subtree, ancestors first
+        return row["id"] in cancelled
+
+    if row["status"] not in FINAL:
+        # Signals: cancel_subtree sends procedure_cancelled for each member it cancels.
+        # has_keys=False: cancel_subtree releases the keys of every member it cancels.
+        transitions.finish_one(Ending(row["id"], row["type_name"], row["parent_id"], row["spawned_in"],
+                                      row["schedule_id"], has_keys=False), write, failed=True)
+    if not cancelled:
+        status = ProcedureRun.objects.filter(id=row["id"]).values_list("status", flat=True).first()
+        return CancelResult((), f"procedure {procedure_id} is already {status}; nothing was cancelled")
     count = len(cancelled)
     return CancelResult(tuple(cancelled), f"cancelled {count} procedure{'s' if count != 1 else ''}")
 
 
 def fail_waiting(procedure_ids: Sequence[uuid.UUID], error: str) -> list[uuid.UUID]:
     """Fail procedures that have not started (waiting for lock keys), e.g. to break a deadlock."""
-    failed = []
-    with transaction.atomic():
-        rows = list(ProcedureRun.objects.filter(id__in=procedure_ids, status__in=CLAIMABLE, keys_held=False)
-                    .values("id", "parent_id", "spawned_in", "type_name", "schedule_id"))
-        for schedule_id in sorted({r["schedule_id"] for r in rows if r["schedule_id"]}):
-            finals.lock_for_final(schedule_id, None)
-        tree.lock_rows([r["parent_id"] for r in rows] + [r["id"] for r in rows])
-        for row in rows:
-            updated = ProcedureRun.objects.filter(id=row["id"], status__in=CLAIMABLE, keys_held=False).update(
-                status=RunStatus.FAILED, error=error, failure_can_retry=True, finished_at=clock.now(),
-                waiting_for_keys=False)
-            if not updated:
-                continue
-            finals.finished(row["id"], parent_id=row["parent_id"], spawned_in=row["spawned_in"],
-                            schedule_id=row["schedule_id"], failed=True)
-            send_after_commit(signals.procedure_failed, procedure_id=row["id"], type_name=row["type_name"],
-                              error=error)
-            failed.append(row["id"])
-    return failed
+    rows = list(ProcedureRun.objects.filter(id__in=procedure_ids, status__in=CLAIMABLE, keys_held=False)
+                .order_by("depth", "id").values("id", "parent_id", "spawned_in", "type_name", "schedule_id"))
+    runs = [Ending(r["id"], r["type_name"], r["parent_id"], r["spawned_in"], r["schedule_id"]) for r in rows]
+
+    def write(run: Ending) -> bool:
+        return bool(ProcedureRun.objects.filter(id=run.id, status__in=CLAIMABLE, keys_held=False).update(
+            status=RunStatus.FAILED, error=error, failure_can_retry=True, finished_at=clock.now(),
+            waiting_for_keys=False))
+
+    ended = transitions.finalise(runs, write, failed=True, signal=signals.procedure_failed, error=error)
+    return [run.id for run in ended]

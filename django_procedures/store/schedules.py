@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from django_procedures import clock, registry
-from django_procedures.exceptions import InvalidOperation, LeaseLost
+from django_procedures.exceptions import InvalidOperation, LeaseLost, UnknownProcedureType
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.policy.schedule import Mode, decide_trigger, fixed_delay_next_tick, on_run_finished
-from django_procedures.policy.status import LEASED
+from django_procedures.policy.schedule_args import OutOfRange, normalise
+from django_procedures.policy.status import LEASED, UNFINISHED
+from django_procedures.store import broken, operations
+from django_procedures.store.db import is_conflict, is_disconnect
 from django_procedures.store.submit import build_row, insert
 
 if TYPE_CHECKING:
@@ -36,22 +40,29 @@ def first_tick(schedule: Schedule, now: datetime) -> datetime:
 
 
 def register_schedule(name: str, procedure: type[Procedure] | str, *, mode: str = "fixed_rate",
-                      period: timedelta | None = None, cron: str | None = None, max_concurrency: int = 1,
-                      missed: str = "skip", max_pending: int = 0, initial_delay: timedelta = timedelta(0),
-                      max_run_time: timedelta | None = None, state: dict[str, Any] | None = None,
+                      period: timedelta | float | None = None, cron: str | None = None, max_concurrency: int = 1,
+                      missed: str = "skip", max_pending: int = 0, initial_delay: timedelta | float = timedelta(0),
+                      max_run_time: timedelta | float | None = None, state: Mapping[str, Any] | None = None,
                       enabled: bool = True, timezone: str | None = None, queue: str = "",
                       update: bool = False, from_code: bool = False) -> tuple[Schedule, bool]:
     """Create the schedule ``name``, or return the stored one (changed only with ``update=True``).
 
     A stored definition that differs from this one is logged, so a change in
-    code is never silently ignored. Bad settings raise ``ValidationError``
-    with messages that say what to change.
+    code is never silently ignored. Durations are ``timedelta`` values or
+    numbers of seconds. An argument of the wrong type raises ``TypeError``
+    saying what to pass; bad settings raise ``ValidationError`` with messages
+    that say what to change.
     """
-    type_name = procedure if isinstance(procedure, str) else procedure.type_name
-    wanted = Schedule(name=name, procedure=type_name, mode=str(mode), period=period, cron=cron or "",
-                      timezone=timezone or "", initial_delay=initial_delay, max_concurrency=max_concurrency,
-                      missed=str(missed), max_pending=max_pending, max_run_time=max_run_time,
-                      state=dict(state or {}), queue=queue, enabled=enabled, from_code=from_code)
+    type_name = _type_name(procedure)
+    try:
+        args = normalise(name=name, mode=mode, period=period, cron=cron, max_concurrency=max_concurrency,
+                         missed=missed, max_pending=max_pending, initial_delay=initial_delay,
+                         max_run_time=max_run_time, state=state, enabled=enabled, timezone=timezone, queue=queue,
+                         update=update)
+    except OutOfRange as error:
+        raise ValidationError({error.field: str(error)}) from None
+    update = args.pop("update")
+    wanted = Schedule(procedure=type_name, from_code=from_code, **args)
     wanted.clean()
     with transaction.atomic():
         existing = Schedule.objects.select_for_update().filter(name=name).first()
@@ -69,12 +80,24 @@ def register_schedule(name: str, procedure: type[Procedure] | str, *, mode: str 
         return existing, False
 
 
+def _type_name(procedure: object) -> str:
+    if isinstance(procedure, str):
+        return procedure
+    if isinstance(procedure, type) and isinstance(getattr(procedure, "type_name", None), str):
+        return procedure.type_name  # type: ignore[attr-defined]
+    what = f"an instance of {type(procedure).__name__}" if hasattr(type(procedure), "type_name") else repr(procedure)
+    raise TypeError(f"procedure must be a Procedure subclass (the class, not an instance) or its type name as a "
+                    f"string; got {what}")
+
+
 def _apply_definition(existing: Schedule, wanted: Schedule, changed: Sequence[str]) -> None:
     """Copy the ``changed`` definition fields onto the locked row and write only them (and the next tick,
     set again when the cadence changed); the metrics ticks and finishing runs write are left alone."""
     for f in changed:
         setattr(existing, f, getattr(wanted, f))
-    fields = [*changed, "updated_at"]
+    # The definition changed: whatever made the last pass fail is for the next pass to find again.
+    existing.last_error, existing.last_error_at = "", None
+    fields = [*changed, "last_error", "last_error_at", "updated_at"]
     if CADENCE & set(changed):
         existing.next_tick_at = first_tick(existing, clock.now()) if existing.enabled else None
         fields.append("next_tick_at")
@@ -128,6 +151,9 @@ def sync_declared() -> list[str]:
         except ValidationError as error:
             logger.error("schedule %r declared in code is invalid: %s", name, "; ".join(error.messages))
             continue
+        except TypeError as error:
+            logger.error("schedule %r declared in code is invalid: %s", name, error)
+            continue
         if was_created:
             created.append(name)
     return created
@@ -177,19 +203,35 @@ def run_finished(schedule_id: int, procedure_id: uuid.UUID, *, failed: bool) -> 
         schedule.last_elapsed_ms = elapsed
         schedule.max_elapsed_ms = max(schedule.max_elapsed_ms or 0, elapsed)
     fields = ["active_runs", "failures", "runs", "last_elapsed_ms", "max_elapsed_ms"]
+    try:
+        fields += _next_after_run(schedule, now)
+    except Exception as error:
+        if isinstance(error, DatabaseError) and (is_disconnect(error) or is_conflict(error)):
+            raise
+        # The schedule's definition (stored past validation) cannot give a next tick: the run still ends, and
+        # the error is shown on the schedule until its definition is fixed.
+        broken.record(schedule, error, now)
+    Schedule.objects.filter(id=schedule.id).update(**{f: getattr(schedule, f) for f in fields})
+
+
+def _next_after_run(schedule: Schedule, now: datetime) -> list[str]:
+    """A ``fixed_delay`` schedule's next tick, or the pending ticks a freed slot starts; the fields changed."""
     if schedule.mode == Mode.FIXED_DELAY:
         if schedule.enabled and schedule.period:
             schedule.next_tick_at = fixed_delay_next_tick(now, schedule.period)
-            fields.append("next_tick_at")
+            return ["next_tick_at"]
+        return []
+    decision = on_run_finished(schedule.settings, active_after=schedule.active_runs, pending=schedule.pending(),
+                               enabled=schedule.enabled)
+    if decision.start:
+        with transaction.atomic():  # a savepoint: runs that cannot start leave the final transition whole
+            started = start_runs(schedule, decision.start, now)
     else:
-        decision = on_run_finished(schedule.settings, active_after=schedule.active_runs,
-                                   pending=schedule.pending(), enabled=schedule.enabled)
-        started = start_runs(schedule, decision.start, now)
-        schedule.active_runs += started
-        schedule.overlaps += decision.overlaps
-        schedule.pending_ticks = [t.isoformat() for t in decision.pending]
-        fields += ["overlaps", "pending_ticks"]
-    Schedule.objects.filter(id=schedule.id).update(**{f: getattr(schedule, f) for f in fields})
+        started = 0
+    schedule.active_runs += started
+    schedule.overlaps += decision.overlaps
+    schedule.pending_ticks = [t.isoformat() for t in decision.pending]
+    return ["overlaps", "pending_ticks"]
 
 
 # -- operator and run operations ------------------------------------------------------------------
@@ -213,7 +255,10 @@ def trigger(schedule: Schedule | int | str) -> dict[str, int]:
             raise InvalidOperation(f"schedule {s.name!r} is paused; resume it first")
         decision = decide_trigger(s.settings, now=now, next_tick_at=s.next_tick_at, active=s.active_runs,
                                   pending=s.pending())
-        started = start_runs(s, decision.start, now)
+        try:
+            started = start_runs(s, decision.start, now)
+        except UnknownProcedureType as error:
+            raise InvalidOperation(f"schedule {s.name!r} cannot start a run: {error}") from None
         Schedule.objects.filter(id=s.id).update(
             active_runs=s.active_runs + started, pending_ticks=[t.isoformat() for t in decision.pending],
             skips=s.skips + decision.skips, overlaps=s.overlaps + decision.overlaps,
@@ -235,6 +280,47 @@ def resume(schedule: Schedule | int | str) -> None:
             return
         next_tick = clock.now() if s.mode != Mode.FIXED_DELAY or not s.active_runs else None
         Schedule.objects.filter(id=s.id).update(enabled=True, disabled_reason="", next_tick_at=next_tick)
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """What :func:`delete_schedule` did: the procedures it cancelled (its unfinished runs and their
+    descendants), and how many finished runs it kept (unlinked)."""
+
+    name: str
+    cancelled: tuple[uuid.UUID, ...]
+    kept: int
+
+
+def delete_schedule(schedule: Schedule | int | str, *, by: str = "") -> Deleted:
+    """Delete a schedule: its unfinished runs are cancelled, its finished runs are kept, unlinked from it.
+
+    In one transaction, under the schedule's row lock (so no pass ticks it and
+    no finishing run starts a pending tick meanwhile): the schedule stops
+    ticking and drops its pending ticks; every run still holding a slot is
+    cancelled with its subtree as ``cancel`` does it (fenced: whatever its
+    worker commits afterwards is dropped; a non-atomic step may still be
+    running); the finished runs stay in the procedures list with no schedule
+    (``schedule`` NULL, ``tick_at`` kept); the schedule row is deleted. A
+    schedule declared in code is created again at the next worker start or
+    ``migrate`` unless its declaration is removed.
+    """
+    with transaction.atomic():
+        s = _locked(schedule)
+        # Paused first: the cancelled runs' final transitions start no pending tick and set no next tick.
+        Schedule.objects.filter(id=s.id).update(enabled=False, disabled_reason="being deleted", pending_ticks=[],
+                                                next_tick_at=None)
+        reason = f"deleting its schedule {s.name!r}" + (f" ({by})" if by else "")
+        unfinished = list(ProcedureRun.objects.filter(schedule_id=s.id, status__in=UNFINISHED)
+                          .values_list("id", flat=True))
+        cancelled: list[uuid.UUID] = []
+        for procedure_id in unfinished:
+            cancelled += operations.cancel(procedure_id, by=reason).cancelled
+        kept = ProcedureRun.objects.filter(schedule_id=s.id).update(schedule=None) - len(unfinished)
+        Schedule.objects.filter(id=s.id).delete()
+    logger.info("schedule %r deleted%s: %d unfinished runs cancelled, %d finished runs kept", s.name,
+                f" by {by}" if by else "", len(unfinished), kept)
+    return Deleted(s.name, tuple(cancelled), kept)
 
 
 def stop_from_run(procedure_id: uuid.UUID, lease_token: int, reason: str) -> None:

@@ -10,13 +10,14 @@ from datetime import datetime, timedelta
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Field, Model
-from django.utils import timezone
 
 from django_procedures import clock, signals
 from django_procedures.conf import conf
+from django_procedures.exceptions import KeyConflict
 from django_procedures.models import ProcedureRun
+from django_procedures.policy import options
 from django_procedures.policy.state import check_state
 from django_procedures.store.db import is_postgresql
 from django_procedures.store.events import send_after_commit
@@ -37,21 +38,21 @@ class Parent:
     suspension: int = 0
 
 
-def resolve_run_at(run_after: datetime | timedelta | None, now: datetime) -> datetime:
-    if run_after is None:
-        return now
-    if isinstance(run_after, timedelta):
-        return now + run_after
-    if timezone.is_naive(run_after):
-        raise ValueError("run_after must be an aware datetime or a timedelta")
-    return run_after
+def resolve_run_at(run_after: datetime | timedelta | float | None, now: datetime) -> datetime:
+    """When a procedure submitted at ``now`` with ``run_after`` becomes due (see ``policy.options.run_at``)."""
+    return options.run_at(run_after, now)
 
 
 def _parent(parent: Any) -> Parent | None:
-    """A parent given as a handle, a ``ProcedureRun`` or an id."""
+    """A parent given as a handle, a ``ProcedureRun``, or an id (a ``UUID`` or its text)."""
     if parent is None:
         return None
-    parent_id = uuid.UUID(str(getattr(parent, "id", parent)))
+    given = getattr(parent, "id", parent)
+    try:
+        parent_id = given if isinstance(given, uuid.UUID) else uuid.UUID(given if isinstance(given, str) else "")
+    except ValueError:
+        raise TypeError("parent must be a ProcedureHandle, a ProcedureRun or a procedure id (a UUID); "
+                        f"got {type(parent).__name__} {parent!r}") from None
     row = ProcedureRun.objects.filter(id=parent_id).values("root_id", "depth").first()
     if row is None:
         raise ValueError(f"parent procedure {parent_id} does not exist")
@@ -84,7 +85,10 @@ def lock_keys_of(cls: type[Procedure], state: dict[str, Any]) -> list[list[str]]
 def build_row(cls: type[Procedure], state: Mapping[str, Any] | None, *, key: str | None, queue: str | None,
               priority: int | None, run_after: datetime | timedelta | None, now: datetime,
               parent: Parent | None, where: str = "state", position: int = 0) -> ProcedureRun:
-    """An unsaved ``ProcedureRun`` for ``cls``; ``TypeError`` if the state is not strict JSON."""
+    """An unsaved ``ProcedureRun`` for ``cls``; ``TypeError`` if the state is not strict JSON.
+
+    The options were checked by the caller (``policy.options``), once per call rather than per row.
+    """
     if cls.abstract:
         raise TypeError(f"{cls.__qualname__} is abstract; submit one of its concrete subclasses")
     if state is not None and not isinstance(state, Mapping):
@@ -93,7 +97,8 @@ def build_row(cls: type[Procedure], state: Mapping[str, Any] | None, *, key: str
     check_state(plain, where)
     values = dict(
         id=uuid.uuid4(), type_name=cls.type_name, state=plain, step_name=cls.steps[0].name,
-        queue=queue or cls.queue or conf.DEFAULT_QUEUE, priority=cls.priority if priority is None else priority,
+        queue=queue if queue is not None else cls.queue or conf.DEFAULT_QUEUE,
+        priority=cls.priority if priority is None else priority,
         key=key, run_at=resolve_run_at(run_after, now), created_at=now, lock_keys=lock_keys_of(cls, plain),
         parent_id=parent and parent.id, root_id=parent and parent.root_id, depth=parent.depth + 1 if parent else 0,
         spawned_in=parent.suspension if parent else 0, position=position,
@@ -118,9 +123,13 @@ def insert(rows: list[ProcedureRun], *, skip_conflicts: bool = False) -> list[uu
         stored = _insert_new(rows)
         ids = [row.id for row in rows if row.id in stored]
     elif keys:
-        ProcedureRun.objects.bulk_create(rows, ignore_conflicts=True)
-        stored = dict(ProcedureRun.objects.filter(key__in=keys).values_list("key", "id"))
-        ids = [stored[row.key] if row.key is not None else row.id for row in rows]
+        # A savepoint, so that a refused reuse leaves nothing behind even in autocommit.
+        with transaction.atomic():
+            ProcedureRun.objects.bulk_create(rows, ignore_conflicts=True)
+            stored = {key: (pid, type_name) for key, pid, type_name in
+                      ProcedureRun.objects.filter(key__in=keys).values_list("key", "id", "type_name")}
+            _refuse_other_types(rows, stored)
+        ids = [stored[row.key][0] if row.key is not None else row.id for row in rows]
     else:
         ProcedureRun.objects.bulk_create(rows)
         ids = [row.id for row in rows]
@@ -130,6 +139,19 @@ def insert(rows: list[ProcedureRun], *, skip_conflicts: bool = False) -> list[uu
         if row.id in created:
             send_after_commit(signals.procedure_submitted, procedure_id=row.id, type_name=row.type_name)
     return ids
+
+
+def _refuse_other_types(rows: list[ProcedureRun], stored: dict[str, tuple[uuid.UUID, str]]) -> None:
+    """``KeyConflict`` when a row's key already names a procedure of another type."""
+    for row in rows:
+        if row.key is None:
+            continue
+        pid, type_name = stored[row.key]
+        if type_name != row.type_name:
+            raise KeyConflict(f"the idempotency key {row.key!r} already names procedure {pid} of type {type_name}, "
+                              f"not {row.type_name}; a key stands for one piece of work of one type: use another "
+                              f"key (e.g. prefixed with the type), or get_handle({str(pid)!r}) for that procedure",
+                              key=row.key, existing_id=pid, existing_type=type_name)
 
 
 def _insert_new(rows: list[ProcedureRun]) -> set[uuid.UUID]:
@@ -204,14 +226,23 @@ def submit_many(
 ) -> list[ProcedureHandle]:
     """Insert one ``ProcedureRun`` per state with one INSERT; existing idempotency keys insert nothing.
 
-    Raises ``TypeError`` (before writing anything) when a state is not strict JSON.
+    Checks every argument before writing anything: ``TypeError`` for a state
+    that is not strict JSON or an option of the wrong type, ``ValueError`` for
+    an option out of range, an empty key or a key given twice, and
+    ``KeyConflict`` (a ``ValueError``) for a key that names a procedure of
+    another type (nothing is inserted then).
     """
     from django_procedures.handle import ProcedureHandle
 
+    single = len(states) == 1 and keys is not None and len(keys) == 1
     if keys is None:
         keys = [None] * len(states)
     if len(keys) != len(states):
         raise ValueError(f"got {len(states)} states but {len(keys)} keys; pass one key (or None) per state")
+    queue, priority = options.check_queue(queue), options.check_priority(priority)
+    run_after = options.check_run_after(run_after)
+    for i, key in enumerate(keys):
+        options.check_key(key, "key" if single else f"keys[{i}]")
     now = clock.now()
     tree = _parent(parent)
     rows = [

@@ -6,16 +6,13 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F, Min
+from django.db import DatabaseError, connection, transaction
 
 from django_procedures import clock
-from django_procedures.exceptions import UnknownProcedureType
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.policy.schedule import TickDecision, decide_tick
-from django_procedures.policy.status import FINAL
-from django_procedures.store import operations
-from django_procedures.store.db import is_postgresql
+from django_procedures.store import broken, overdue
+from django_procedures.store.db import is_conflict, is_disconnect, is_postgresql
 from django_procedures.store.schedules import run_rows
 from django_procedures.store.submit import insert, json_rows
 
@@ -36,8 +33,11 @@ class TickReport:
 
 
 def next_tick_due() -> datetime | None:
-    """The earliest next tick of an enabled schedule (``procedures_worker --burst --with-scheduler`` waits for it)."""
-    return Schedule.objects.filter(enabled=True).aggregate(at=Min("next_tick_at"))["at"]
+    """The earliest next tick of an enabled schedule (``procedures_worker --burst --with-scheduler`` waits for it).
+
+    A schedule whose last pass failed counts from its next try (``store.broken``).
+    """
+    return broken.next_due()
 
 
 def tick(now: datetime | None = None, *, batch_size: int = 500) -> TickReport:
@@ -48,15 +48,22 @@ def tick(now: datetime | None = None, *, batch_size: int = 500) -> TickReport:
     carries its schedule and tick time under a unique constraint, so a tick
     never starts twice. Each batch is one transaction with one INSERT of its
     runs and one UPDATE of its schedules.
+
+    A schedule this process cannot tick (its cadence raises, its procedure type
+    is not registered, its values cannot be written) gets the error recorded on
+    its row and is passed over; the others tick as usual (``store.broken``).
+    Runs past their schedule's ``max_run_time`` are cancelled first
+    (``store.overdue``; every worker's maintenance pass does it too).
     """
     report = TickReport()
     with clock.frozen_at(now):
         moment = clock.now()
-        _cancel_overdue(moment, report)
+        report.timed_out = len(overdue.cancel_overdue(moment))
         stuck: set[int] = set()  # ticked in this pass yet still due: passed over, so the pass ends
         while True:
             with transaction.atomic():
-                due = list(Schedule.objects.filter(enabled=True, next_tick_at__lte=moment).exclude(id__in=stuck)
+                due = list(Schedule.objects.filter(broken.healthy_or_retry_due(moment), enabled=True,
+                                                   next_tick_at__lte=moment).exclude(id__in=stuck)
                            .select_for_update(skip_locked=True).order_by("id")[:batch_size])
                 stuck.update(_tick_batch(due, moment, report))
             if len(due) < batch_size:
@@ -73,7 +80,10 @@ class _Planned:
 def _tick_batch(due: list[Schedule], now: datetime, report: TickReport) -> list[int]:
     """Decide every locked schedule, insert all their runs, then write all their rows back.
 
-    Returns the schedules still due after this (an error, a ``fixed_delay`` run in progress).
+    A schedule whose decision raises is recorded as broken and left out; if the
+    batch's writes are refused, each schedule is written alone, so only the one
+    at fault is recorded. Returns the schedules still due after this (an error,
+    a ``fixed_delay`` run in progress).
     """
     planned, stuck = [], []
     for s in due:
@@ -81,49 +91,91 @@ def _tick_batch(due: list[Schedule], now: datetime, report: TickReport) -> list[
             decision = decide_tick(s.settings, now=now, next_tick_at=s.next_tick_at, active=s.active_runs,
                                    pending=s.pending(), next_tick=s.cadence())
             rows = run_rows(s, decision.start, now) if decision.start else []
-        except (UnknownProcedureType, ValueError) as error:
-            report.errors.append(f"{s.name}: {error}")
-            logger.error("schedule %r cannot tick: %s", s.name, error)
+        except Exception as error:  # this schedule's definition, not the pass: the others go on
+            _record(s, error, now, report)
             stuck.append(s.id)
             continue
         planned.append(_Planned(s, decision, rows))
+    before = [{f: getattr(p.schedule, f) for f in TICKED} for p in planned]
+    try:
+        with transaction.atomic():  # a savepoint: a refused write must not end the pass's transaction
+            stuck += _write(planned, now, report)
+    except Exception as error:
+        if not _refused(error):
+            raise
+        for p, values in zip(planned, before, strict=True):
+            _restore(p.schedule, values)  # as read: the refused batch changed nothing
+        for p, values in zip(planned, before, strict=True):  # the one at fault is recorded; the rest tick
+            try:
+                with transaction.atomic():
+                    stuck += _write([p], now, report)
+            except Exception as error:
+                if not _refused(error):
+                    raise
+                _restore(p.schedule, values)
+                _record(p.schedule, error, now, report)
+                stuck.append(p.schedule.id)
+    return stuck
+
+
+def _refused(error: Exception) -> bool:
+    """The database (or its driver) refused a value: one schedule's fault, not a lost connection or a deadlock."""
+    if isinstance(error, DatabaseError):
+        return not (is_disconnect(error) or is_conflict(error))
+    return isinstance(error, OverflowError | ValueError)
+
+
+def _restore(schedule: Schedule, values: dict[str, object]) -> None:
+    for name, value in values.items():
+        setattr(schedule, name, value)
+
+
+def _record(schedule: Schedule, error: Exception, now: datetime, report: TickReport) -> None:
+    """Record ``error`` on ``schedule``; if even that is refused, log it (the schedule is passed over)."""
+    report.errors.append(f"{schedule.name}: {broken.describe(schedule, error)}")
+    try:
+        with transaction.atomic():
+            broken.record(schedule, error, now)
+    except Exception as failure:
+        if not _refused(failure):
+            raise
+        logger.error("schedule %r cannot tick (%s), and the error cannot be recorded on it: %s", schedule.name,
+                     broken.describe(schedule, error), failure)
+
+
+def _write(planned: list[_Planned], now: datetime, report: TickReport) -> list[int]:
+    """Insert the runs of ``planned`` and write their schedules back; counts go to ``report`` once written."""
     # A tick another ticker already started is skipped by the unique constraint and starts nothing here.
     inserted = set(insert([row for p in planned for row in p.rows], skip_conflicts=True))
+    stuck, counts = [], TickReport()
     for p in planned:
         s, decision = p.schedule, p.decision
         started = sum(row.id in inserted for row in p.rows)
-        report.schedules += 1
-        report.started += started
-        report.pending += len(decision.pending)
-        report.skipped += decision.skips
-        report.overlaps += decision.overlaps
+        counts.schedules += 1
+        counts.started += started
+        counts.pending += len(decision.pending)
+        counts.skipped += decision.skips
+        counts.overlaps += decision.overlaps
         s.active_runs += started
         s.pending_ticks = [t.isoformat() for t in decision.pending]
         s.skips += decision.skips
         s.overlaps += decision.overlaps
         s.next_tick_at = decision.next_tick_at
         s.last_tick_at = now
+        s.last_error, s.last_error_at = "", None
         if decision.due:
             s.last_drift_ms = int(decision.drift / timedelta(milliseconds=1))
         if s.next_tick_at is not None and s.next_tick_at <= now:
             stuck.append(s.id)
     write_ticked([p.schedule for p in planned])
+    for name in ("schedules", "started", "pending", "skipped", "overlaps"):
+        setattr(report, name, getattr(report, name) + getattr(counts, name))
     return stuck
 
 
-def _cancel_overdue(now: datetime, report: TickReport) -> None:
-    """Runs past their schedule's ``max_run_time`` are cancelled: a failure that frees the slot."""
-    deadline = ExpressionWrapper(F("created_at") + F("schedule__max_run_time"), output_field=DateTimeField())
-    overdue = (ProcedureRun.objects.filter(schedule__isnull=False, schedule__max_run_time__isnull=False)
-               .exclude(status__in=FINAL).alias(deadline=deadline).filter(deadline__lt=now)
-               .values_list("id", "schedule__max_run_time"))
-    for procedure_id, limit in overdue:
-        result = operations.cancel(procedure_id, by=f"its schedule: ran past max_run_time of {limit}")
-        report.timed_out += len(result.cancelled) > 0
-
-
 #: What a tick writes on its schedule's row.
-TICKED = ("active_runs", "pending_ticks", "skips", "overlaps", "next_tick_at", "last_tick_at", "last_drift_ms")
+TICKED = ("active_runs", "pending_ticks", "skips", "overlaps", "next_tick_at", "last_tick_at", "last_drift_ms",
+          "last_error", "last_error_at")
 
 
 def write_ticked(schedules: list[Schedule]) -> None:

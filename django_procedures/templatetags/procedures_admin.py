@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from inspect import signature
 from typing import Any
 
 from django import template
@@ -12,12 +13,16 @@ from django_procedures.models.procedure_run import STATUS_CHOICES
 
 register = template.Library()
 
+#: Django 6.1 gave InclusionAdminNode a leading ``name`` argument (the tag's name, for its error messages).
+_TAKES_NAME = "name" in signature(InclusionAdminNode.__init__).parameters
+
 
 @register.tag(name="procedures_date_hierarchy")
 def procedures_date_hierarchy(parser: Any, token: Any) -> InclusionAdminNode:
     """``{% procedures_date_hierarchy cl %}``: the date drill-down without a DISTINCT over the table."""
-    return InclusionAdminNode(parser, token, func=date_hierarchy, template_name="date_hierarchy.html",
-                              takes_context=False)
+    named = {"name": "procedures_date_hierarchy"} if _TAKES_NAME else {}
+    return InclusionAdminNode(parser=parser, token=token, func=date_hierarchy, template_name="date_hierarchy.html",
+                              takes_context=False, **named)
 
 
 _LABELS = dict(STATUS_CHOICES)

@@ -163,7 +163,8 @@ from testproject.testapp.models import Effect as _Effect  # noqa: E402
 
 
 class Leaf(Procedure):
-    """A child: doubles ``n``; ``fail`` makes it fail for good; ``sleep``/``marker`` as above."""
+    """A child: doubles ``n``; ``fail`` makes it fail for good, and so does ``fail_until`` (a path) while that
+    file is missing; ``sleep``/``marker`` as above."""
 
     type_name = "testapp.Leaf"
     retry = FAST_RETRY
@@ -175,7 +176,8 @@ class Leaf(Procedure):
     def work(self, ctx):
         _effect(ctx, "leaf")
         _pause(self, ctx, "work")
-        if self.state.get("fail"):
+        until = self.state.get("fail_until")
+        if self.state.get("fail") or (until and not Path(until).exists()):
             raise NonRetryable(f"leaf {self.state.get('n')} refuses")
         return Status.done(output=self.state.get("n", 0) * 2)
 
@@ -640,3 +642,17 @@ class PlainParent(Procedure):
     @step
     def report(self, ctx):
         return Status.done(output=[c.status for c in ctx.children])
+
+
+class EnqueuesATask(Procedure):
+    """Enqueues the ``add`` task of Django's Tasks framework from an atomic step; ``fail`` then fails the step."""
+
+    type_name = "testapp.EnqueuesATask"
+
+    @step
+    def enqueue(self, ctx):
+        from testproject.testapp.tasks import add
+
+        self.state["task_id"] = add.enqueue(*self.state["numbers"]).id
+        if self.state.get("fail"):
+            raise NonRetryable("fails after enqueueing")

@@ -11,7 +11,7 @@ from django_procedures.models import ProcedureRun
 from django_procedures.runtime.executor import RunningClaim, execute
 from django_procedures.store.claim import claim
 from django_procedures.testing import drain
-from testproject.testapp.procedures import Parent, Refuses, ThreeSteps
+from testproject.testapp.procedures import Leaf, Parent, Refuses, ThreeSteps, TolerantParent
 from tests.admin.helpers import CANCEL, RETRY, VIEW, cancel_url, changelist_url, client_for, page_url, retry_url, staff
 
 pytestmark = pytest.mark.django_db
@@ -76,12 +76,32 @@ def test_retry_action_confirms_then_retries_through_the_store_and_logs_it(operat
     assert "Retried from the admin" in entry.get_change_message()
 
 
-def test_retrying_a_child_of_a_finished_parent_warns_that_nobody_waits_for_it(operator_client):
+def test_a_child_of_a_finished_parent_is_left_alone_and_the_plan_says_why(operator_client):
     parent = Parent.submit({"fanout": 2, "failing": [0]})
     drain()
     leaf = ProcedureRun.objects.get(parent_id=parent.id, status="failed")
     page = act(operator_client, "retry_selected", [leaf.id]).content.decode()
-    assert f"its parent {parent.id} is already rolled back, so it will run on its own" in page
+    assert (f"left alone: its parent testapp.Parent {parent.id} is already rolled back, so nothing would wait for "
+            "its result; retry the parent if it failed") in page
+    done = act(operator_client, "retry_selected", [leaf.id], confirm=True)
+    assert status(leaf.id) == "failed"
+    assert f"procedure {leaf.id} cannot be retried: its parent testapp.Parent {parent.id}" in messages_of(done)[0]
+
+
+def test_the_retry_plan_of_a_child_says_its_waiting_parent_counts_it_again(operator_client):
+    parent = TolerantParent.submit({"fanout": 2, "failing": [0]})
+    (p,) = claim("w", type_names=[TolerantParent.type_name], lease_seconds=30)
+    execute(RunningClaim(p))
+    leaves = {c.state["n"]: c for c in claim("w", type_names=[Leaf.type_name], limit=2, lease_seconds=30)}
+    execute(RunningClaim(leaves[0]))  # fails; the parent handles it below and waits for the other leaf
+    (again,) = claim("w", type_names=[TolerantParent.type_name], lease_seconds=30)
+    execute(RunningClaim(again))
+    page = act(operator_client, "retry_selected", [leaves[0].id]).content.decode()
+    assert (f"its parent testapp.TolerantParent {parent.id} waits for it again (the parent goes on only once it "
+            "finishes, and a new failure is reported to the parent again)") in page
+    act(operator_client, "retry_selected", [leaves[0].id], confirm=True)
+    assert status(leaves[0].id) == "ready"
+    assert ProcedureRun.objects.get(id=parent.id).pending_children == 2
 
 
 def test_retry_messages_count_in_the_plural(operator_client):
@@ -201,6 +221,37 @@ def test_each_action_has_its_own_permission(db):
     assert only_retry.post(cancel_url(root), {"post": "yes"}).status_code == 403
     assert only_cancel.post(retry_url(pid), {"post": "yes"}).status_code == 403
     assert (status(pid), status(root)) == ("failed", "waiting")
+
+
+@pytest.mark.parametrize("perm", [RETRY, CANCEL])
+def test_an_action_permission_without_the_view_permission_is_not_enough(db, perm):
+    """Staff holding exactly one action permission: no confirmation page, no POST, no bulk action."""
+    (pid,) = failed()
+    root, _ = waiting_tree(1)
+    blind = client_for(staff("blind", perm))
+    for url in (retry_url, cancel_url):
+        for target in (pid, root):
+            assert blind.get(url(target)).status_code == 403
+            assert blind.post(url(target), {"post": "yes"}).status_code == 403
+    for action in ("retry_selected", "cancel_selected"):
+        assert act(blind, action, [pid, root]).status_code == 403
+        assert act(blind, action, [pid, root], confirm=True).status_code == 403
+    assert (status(pid), status(root)) == ("failed", "waiting")
+    assert not LogEntry.objects.exists()
+
+
+def test_the_confirmation_itself_checks_the_permission(rf, db):
+    """A way in that skipped the admin's own checks still cannot perform an action it may not."""
+    from django.contrib.admin import site
+    from django.core.exceptions import PermissionDenied
+
+    (pid,) = failed()
+    request = rf.post("/", {"post": "yes"})
+    request.user = staff("blind", RETRY)
+    admin = site._registry[ProcedureRun]
+    with pytest.raises(PermissionDenied):
+        admin.retry_selected(request, ProcedureRun.objects.filter(id=pid))
+    assert status(pid) == "failed"
 
 
 def test_a_post_without_the_csrf_token_is_refused(operator):

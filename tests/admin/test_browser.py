@@ -24,7 +24,7 @@ from django_procedures.runtime.executor import RunningClaim, execute
 from django_procedures.store import schedules
 from django_procedures.store.claim import claim
 from django_procedures.testing import drain
-from testproject.testapp.procedures import Flaky, Heartbeat, Leaf, Parent, Refuses, ThreeSteps
+from testproject.testapp.procedures import Flaky, Heartbeat, Leaf, Parent, Refuses, ThreeSteps, TolerantParent
 from tests.admin.helpers import (
     CANCEL,
     RETRY,
@@ -92,14 +92,21 @@ def shot(page: Page, name: str) -> None:
 
 
 def seed_failures() -> ProcedureRun:
-    """Some history, and a tree whose second leaf failed (so its parent rolled back)."""
+    """Some history, and a tree whose second leaf failed while the other two still run: its parent's
+    ``on_child_failed`` handled the failure and it waits for them (so the leaf may be retried)."""
     ThreeSteps.submit({"tenant": "acme"})
     Refuses.submit({"tenant": "globex"})
     Flaky.submit({"fail_times": 2})
-    Parent.submit({"fanout": 3, "failing": [1]})
     drain()
+    TolerantParent.submit({"fanout": 3, "failing": [1]})
+    (parent,) = claim("w", type_names=[TolerantParent.type_name], lease_seconds=600)
+    execute(RunningClaim(parent))
+    leaves = {c.state["n"]: c for c in claim("w", type_names=[Leaf.type_name], limit=3, lease_seconds=600)}
+    execute(RunningClaim(leaves[1]))
+    (parent,) = claim("w", type_names=[TolerantParent.type_name], lease_seconds=600)
+    execute(RunningClaim(parent))
     ThreeSteps.submit(queue="emails")
-    return ProcedureRun.objects.get(type_name="testapp.Leaf", status="failed")
+    return ProcedureRun.objects.get(id=leaves[1].id)
 
 
 def test_an_operator_finds_a_failed_procedure_opens_its_tree_and_retries_it(browser, live_server):
@@ -118,15 +125,16 @@ def test_an_operator_finds_a_failed_procedure_opens_its_tree_and_retries_it(brow
 
     page.wait_for_selector("#proc-tree")
     tree = page.locator("#proc-tree").inner_text()
-    assert "testapp.Parent" in tree and tree.count("testapp.Leaf") == 3
+    assert "testapp.TolerantParent" in tree and tree.count("testapp.Leaf") == 3
     assert page.locator("#proc-status").inner_text() == "failed"
     assert "NonRetryable: leaf 1 refuses" in page.locator("#proc-error").inner_text()
-    assert page.locator(".breadcrumbs a", has_text="testapp.Parent").count() == 1
+    assert page.locator(".breadcrumbs a", has_text="testapp.TolerantParent").count() == 1
     shot(page, "03-procedure-page")
 
     page.click("#proc-retry")
     page.wait_for_selector("#proc-plan")
-    assert "failed → ready" in page.locator("#proc-plan").inner_text()
+    plan = page.locator("#proc-plan").inner_text()
+    assert "failed → ready" in plan and f"its parent testapp.TolerantParent {leaf.parent_id} waits for it again" in plan
     shot(page, "04-confirm-retry")
     page.click("#proc-confirm")
 

@@ -229,6 +229,21 @@ def test_an_action_permission_without_the_view_permission_is_not_enough(db):
     assert fresh(s).enabled and runs_of(s) == 0
 
 
+@pytest.mark.parametrize("kind", ["pause", "resume", "trigger"])
+def test_each_action_permission_alone_opens_nothing(db, kind):
+    """Staff holding exactly one action permission, without the view permission: no page, no POST, no action."""
+    running, paused = make("running"), make("paused")
+    schedules.pause(paused, reason="held")
+    blind = client_for(staff("blind", {"pause": PAUSE, "resume": RESUME, "trigger": TRIGGER}[kind]))
+    for s in (running, paused):
+        assert blind.get(schedule_button_url(s.pk, kind)).status_code == 403
+        assert blind.post(schedule_button_url(s.pk, kind), {"post": "yes"}).status_code == 403
+    assert act(blind, f"{kind}_selected", [running, paused]).status_code == 403
+    assert act(blind, f"{kind}_selected", [running, paused], confirm=True).status_code == 403
+    assert (fresh(running).enabled, fresh(paused).enabled, fresh(paused).disabled_reason) == (True, False, "held")
+    assert runs_of(running) == 0 and not LogEntry.objects.exists()
+
+
 def test_changing_a_schedule_does_not_pause_it(db):
     s = make("s")
     editor = client_for(staff("editor", VIEW_SCHEDULE, "change_schedule"))

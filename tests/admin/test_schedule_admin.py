@@ -139,6 +139,8 @@ def field_errors(response, field) -> list[str]:
     ({"period": "00:05:00", "cron": "0 3 * * *"}, "cron", "give either a period or a cron expression, not both"),
     ({"period": ""}, "period", "give a period (for example timedelta(minutes=5)) or, for rate modes, a cron"),
     ({"period": "0"}, "period", "period must be positive; got 0 seconds"),
+    ({"period": "3000000 00:00:00"}, "period", "period must be at most 100 years (36525 days)"),
+    ({"max_run_time": "40000 00:00:00"}, "max_run_time", "max_run_time must be at most 100 years"),
     ({"procedure": "nope.Nope"}, "procedure", "no procedure class is registered as 'nope.Nope'"),
     ({"timezone": "Mars/Olympus"}, "timezone", "unknown time zone 'Mars/Olympus'"),
     ({"state": "[1, 2]"}, "state", "state must be a JSON object"),
@@ -251,3 +253,14 @@ def test_empty_state_and_initial_delay_mean_none(client):
     assert response.status_code == 302, [field_errors(response, f) for f in ("state", "initial_delay")]
     s = Schedule.objects.get(name="new")
     assert (s.state, s.initial_delay) == ({}, timedelta(0))
+
+
+def test_a_schedule_that_cannot_tick_shows_why_in_the_list_and_on_its_page(client):
+    s = make("gone")
+    Schedule.objects.filter(id=s.id).update(procedure="gone.Removed")  # stored past validation
+    tick(T0)
+    listing = client.get(schedules_url()).content.decode()
+    assert re.search(r'class="proc-badge proc-failed sched-error"[^>]*>cannot tick</span>'
+                     r'<span class="proc-error proc-reason">no procedure class is registered as', unescape(listing))
+    page = unescape(client.get(schedule_url(s.id)).content.decode())
+    assert re.search(r"Last error:.*?no procedure class is registered as 'gone.Removed'", page, re.S)

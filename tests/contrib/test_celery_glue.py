@@ -195,3 +195,8 @@ def test_the_core_imports_and_starts_without_celery():
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.split()[0]) > 30
+
+
+def test_an_unknown_database_is_a_command_error(db):
+    with pytest.raises(CommandError, match=r"--database 'nope' is not in DATABASES; give one of 'default'"):
+        setup_command("--database", "nope")

@@ -122,8 +122,14 @@ def test_paused_schedules_do_not_tick_and_resume_is_due_now():
 
 
 def test_a_run_past_max_run_time_is_cancelled_as_a_failure():
+    from django_procedures import clock
+    from django_procedures.store.claim import claim
+
     s = make(max_run_time=timedelta(seconds=30))
     tick(T0)
+    with clock.frozen_at(T0 + timedelta(seconds=5)):  # started 5 s after its tick: the limit counts from here
+        assert len(claim("w", type_names=[Heartbeat.type_name], lease_seconds=300)) == 1
+    assert tick(T0 + timedelta(seconds=34)).timed_out == 0
     report = tick(T0 + MIN)
     assert report.timed_out == 1 and report.started == 1  # the slot was freed before the next tick
     s.refresh_from_db()

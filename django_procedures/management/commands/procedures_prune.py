@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -11,6 +12,9 @@ from django_procedures.conf import conf
 from django_procedures.policy.durations import parse_duration
 from django_procedures.policy.status import FINAL
 from django_procedures.store import retention, workers
+
+#: Trees deleted in one transaction at most: a larger batch holds its locks and its WAL for too long.
+MAX_BATCH_SIZE = 10_000
 
 
 class Command(BaseCommand):
@@ -23,24 +27,35 @@ class Command(BaseCommand):
         parser.add_argument("--status", default=None,
                             help=f"Comma-separated final statuses of the trees' roots (default: all of "
                                  f"{', '.join(sorted(FINAL))}).")
-        parser.add_argument("--batch-size", type=int, default=500, help="Trees deleted per transaction.")
+        parser.add_argument("--batch-size", type=int, default=500,
+                            help=f"Trees deleted per transaction (1 to {MAX_BATCH_SIZE:,}; default 500).")
         parser.add_argument("--dry-run", action="store_true", help="Count what would be deleted; delete nothing.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        source = "--older-than" if options["older_than"] else "PROCEDURES['RETENTION']"
         try:
             age = parse_duration(options["older_than"] or conf.RETENTION)
         except ValueError as error:
-            raise CommandError(f"--older-than: {error}") from None
+            raise CommandError(f"{source}: {error}") from None
+        now = clock.now()
+        try:
+            cutoff = now - age
+        except OverflowError:
+            raise CommandError(f"{source}: {age.days} days ago is before the year 1; give an age of at most "
+                               f"{(now - datetime.min.replace(tzinfo=UTC)).days} days") from None
         statuses = None
-        if options["status"]:
+        if options["status"] is not None:
             statuses = [s.strip() for s in options["status"].split(",") if s.strip()]
+            if not statuses:
+                raise CommandError(f"--status needs at least one final status ({', '.join(sorted(FINAL))}); "
+                                   "leave it out to prune trees of every final status")
             unknown = sorted(set(statuses) - FINAL)
             if unknown:
                 raise CommandError(f"--status accepts only final statuses ({', '.join(sorted(FINAL))}); "
                                    f"got {', '.join(unknown)}. Unfinished trees are never pruned.")
-        if options["batch_size"] < 1:
-            raise CommandError("--batch-size must be at least 1")
-        cutoff = clock.now() - age
+        if not 1 <= options["batch_size"] <= MAX_BATCH_SIZE:
+            raise CommandError(f"--batch-size must be between 1 and {MAX_BATCH_SIZE:,} trees; "
+                               f"got {options['batch_size']}")
         if options["dry_run"]:
             found = retention.count(cutoff, statuses)
             self.stdout.write(f"would delete {found.trees} trees finished before {cutoff:%Y-%m-%d %H:%M:%S %Z}: "

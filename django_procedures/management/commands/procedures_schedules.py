@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand
 from django_procedures.models import Schedule
 
 COLUMNS = ["name", "mode", "cadence", "next tick", "active", "pending", "runs", "failures", "skips", "overlaps",
-           "drift ms", "last ms", "max ms", "state"]
+           "drift ms", "last ms", "max ms", "state", "last error"]
 
 
 def _when(value: datetime | None) -> str:
@@ -26,11 +26,18 @@ def row(s: Schedule) -> list[str]:
     state = "enabled" if s.enabled else f"paused: {s.disabled_reason}" if s.disabled_reason else "paused"
     return [s.name, s.mode, cadence, _when(s.next_tick_at), str(s.active_runs), str(len(s.pending_ticks)),
             str(s.runs), str(s.failures), str(s.skips), str(s.overlaps), _ms(s.last_drift_ms),
-            _ms(s.last_elapsed_ms), _ms(s.max_elapsed_ms), state]
+            _ms(s.last_elapsed_ms), _ms(s.max_elapsed_ms), state, _error(s)]
+
+
+def _error(s: Schedule) -> str:
+    """Why the schedule cannot tick (``store.broken``), on one line, or ``-``."""
+    if not s.last_error:
+        return "-"
+    return f"{_when(s.last_error_at)} {' '.join(s.last_error.split())}"
 
 
 class Command(BaseCommand):
-    help = "Print every schedule with its cadence, next tick and metrics."
+    help = "Print every schedule with its cadence, next tick, metrics and the error that keeps it from ticking."
 
     def handle(self, *args: Any, **options: Any) -> None:
         rows = [row(s) for s in Schedule.objects.order_by("name")]

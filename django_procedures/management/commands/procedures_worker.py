@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -10,7 +11,14 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from django_procedures.conf import conf
+from django_procedures.policy.options import check_queue
 from django_procedures.runtime.worker import Worker, WorkerOptions
+
+#: Bounds of the options, so that a typo is an error here rather than a traceback (or a stuck worker) later.
+MAX_CONCURRENCY = 256
+MIN_LEASE_SECONDS = 1.0
+MAX_SECONDS = 86_400.0
+MAX_WORKER_ID = 200  # leases record it (255 characters), sometimes with a suffix
 
 
 class Command(BaseCommand):
@@ -19,12 +27,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--queues", help="Comma-separated queues to serve (default: every queue).")
         parser.add_argument("--concurrency", type=int, default=None,
-                            help="Executor threads, each with its own connection (default: PROCEDURES['CONCURRENCY']"
-                                 ", or 4 on PostgreSQL and 1 on SQLite).")
+                            help="Executor threads, 1 to 256, each with its own connection (default: "
+                                 "PROCEDURES['CONCURRENCY'], or 4 on PostgreSQL and 1 on SQLite).")
         parser.add_argument("--burst", action="store_true",
                             help="Exit once nothing runs and nothing is due within BURST_WAIT_SECONDS.")
         parser.add_argument("--lease-seconds", type=float, default=None,
-                            help="Lease length (default: PROCEDURES['LEASE_SECONDS']).")
+                            help="Lease length, 1 to 86400 seconds (default: PROCEDURES['LEASE_SECONDS']).")
         parser.add_argument("--shutdown-timeout", type=float, default=None,
                             help="Seconds to let running steps finish after SIGTERM before releasing them "
                                  "(default: PROCEDURES['SHUTDOWN_TIMEOUT_SECONDS']).")
@@ -42,22 +50,45 @@ class Command(BaseCommand):
         concurrency = options["concurrency"]
         if concurrency is None:
             concurrency = conf.CONCURRENCY or (1 if sqlite else 4)
-        if concurrency < 1:
-            raise CommandError(f"--concurrency must be at least 1; got {concurrency}")
+        if not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise CommandError(f"--concurrency must be between 1 and {MAX_CONCURRENCY} (each thread holds a "
+                               f"database connection); got {concurrency}")
         if sqlite and concurrency > 1:
             raise CommandError(
                 f"--concurrency {concurrency} is not possible on SQLite, which allows one writer at a time: "
                 "run one worker process with --concurrency 1, or use PostgreSQL for concurrent workers")
         lease = float(conf.LEASE_SECONDS) if options["lease_seconds"] is None else options["lease_seconds"]
-        if lease <= 0:
-            raise CommandError(f"--lease-seconds must be positive; got {lease}")
+        if not (math.isfinite(lease) and MIN_LEASE_SECONDS <= lease <= MAX_SECONDS):
+            raise CommandError(f"--lease-seconds must be between {MIN_LEASE_SECONDS:g} and {MAX_SECONDS:g} "
+                               f"seconds (one day); got {lease}")
+        idle = conf.IDLE_IN_TRANSACTION_TIMEOUT_SECONDS
+        if idle is not None and float(idle) <= lease:
+            raise CommandError(f"--lease-seconds {lease:g} is not shorter than PROCEDURES["
+                               f"'IDLE_IN_TRANSACTION_TIMEOUT_SECONDS'] ({idle:g}s), so a step's open transaction "
+                               "would be cut while its lease is valid: give a shorter lease or raise that setting")
         shutdown_timeout = options["shutdown_timeout"]
         if shutdown_timeout is None:
             shutdown_timeout = float(conf.SHUTDOWN_TIMEOUT_SECONDS)
-        queues = [q.strip() for q in options["queues"].split(",") if q.strip()] if options["queues"] else None
+        if not (math.isfinite(shutdown_timeout) and 0 <= shutdown_timeout <= MAX_SECONDS):
+            raise CommandError(f"--shutdown-timeout must be between 0 and {MAX_SECONDS:g} seconds (one day); "
+                               f"got {shutdown_timeout}")
+        queues = None
+        if options["queues"] is not None:
+            queues = [q.strip() for q in options["queues"].split(",") if q.strip()]
+            if not queues:
+                raise CommandError("--queues needs at least one queue name; leave it out to serve every queue")
+            for name in queues:
+                try:
+                    check_queue(name, "--queues")
+                except ValueError as error:
+                    raise CommandError(str(error)) from None
+        worker_id = options["worker_id"]
+        if len(worker_id) > MAX_WORKER_ID or not worker_id.isprintable():
+            raise CommandError(f"--worker-id must be at most {MAX_WORKER_ID} printable characters; "
+                               f"got {worker_id[:40]!r}{'…' if len(worker_id) > 40 else ''}")
         worker = Worker(WorkerOptions(queues=queues, concurrency=concurrency, burst=options["burst"],
                                       lease_seconds=lease, shutdown_timeout=shutdown_timeout,
-                                      worker_id=options["worker_id"], with_scheduler=options["with_scheduler"]))
+                                      worker_id=worker_id, with_scheduler=options["with_scheduler"]))
         if options["metrics_port"] is None:
             worker.run()
             return

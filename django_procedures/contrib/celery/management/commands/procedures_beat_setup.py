@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DEFAULT_DB_ALIAS
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from django_procedures.contrib.celery import beat
 
@@ -23,6 +23,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         using = options["database"]
+        if using not in connections:
+            raise CommandError(f"--database {using!r} is not in DATABASES; give one of "
+                               f"{', '.join(repr(alias) for alias in connections)}")
         if not beat.allowed(using):
             raise CommandError(f"the database routers keep django-celery-beat's models off {using!r}; "
                                "pass --database with the database that holds them")

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_procedures', '0002_fewer_index_writes'),
+        ('django_procedures', '0003_schedule_last_error'),
     ]
 
     operations = [

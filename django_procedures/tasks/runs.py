@@ -1,0 +1,152 @@
+"""One procedure type per task function, ``task:<module path>``, whose one step calls the function.
+
+A worker claims only the type names it has registered, and a task's type is
+registered when its module is imported (its ``@task`` decorator runs). So a
+worker that cannot import a task's module never claims it: the task waits for
+a worker that can, and is reported as an unknown type meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, ClassVar
+
+from django_procedures.exceptions import NonRetryable, NotActive
+from django_procedures.policy.retry import RetryPolicy
+from django_procedures.procedure import Procedure, Status, step
+from django_procedures.runtime.context import Context
+from django_procedures.store.db import is_disconnect
+from django_procedures.tasks.values import to_json
+
+logger = logging.getLogger("django_procedures.tasks")
+
+#: Type names of task runs start with this; what follows is the task function's module path.
+TYPE_PREFIX = "task:"
+
+#: What a task runs when neither ``@task(retry=...)`` nor ``OPTIONS["RETRY"]`` says otherwise: once,
+#: as the framework's documentation promises.
+RUN_ONCE = RetryPolicy(max_attempts=1)
+
+_classes: dict[str, type[TaskProcedure]] = {}
+_lock = threading.Lock()
+
+
+def type_name_of(module_path: str) -> str:
+    return f"{TYPE_PREFIX}{module_path}"
+
+
+def is_task_type(type_name: str) -> bool:
+    return type_name.startswith(TYPE_PREFIX)
+
+
+class TaskRaised(Exception):
+    """An exception the task function raised, re-raised under a class named by its path.
+
+    The attempt's error text (``<class path>: <message>``) then says exactly
+    which exception it was, which is what ``TaskError.exception_class_path``
+    reports; the original stays chained as ``__cause__`` in the traceback.
+    """
+
+
+class TaskRaisedNonRetryable(TaskRaised, NonRetryable):
+    """A task's exception that its retry policy lists in ``non_retryable`` (or a ``NonRetryable``)."""
+
+
+_wrappers: dict[tuple[str, bool], type[TaskRaised]] = {}
+
+
+def exception_path(error: BaseException) -> str:
+    kind = type(error)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def raised(error: BaseException, retry: RetryPolicy) -> TaskRaised:
+    """``error`` as a :class:`TaskRaised` named by its class path, retryable as ``retry`` says."""
+    path = exception_path(error)
+    final = isinstance(error, (NonRetryable, *retry.non_retryable))
+    with _lock:
+        wrapper = _wrappers.get((path, final))
+        if wrapper is None:
+            base = TaskRaisedNonRetryable if final else TaskRaised
+            wrapper = type(path, (base,), {"__module__": __name__, "__qualname__": path})
+            _wrappers[(path, final)] = wrapper
+    if final:
+        return wrapper(str(error), manual_retry=getattr(error, "manual_retry", True))  # type: ignore[call-arg]
+    return wrapper(str(error))
+
+
+class TaskProcedure(Procedure):
+    """The base of every task's procedure type; ``state`` is ``{"args": [...], "kwargs": {...}}``."""
+
+    abstract = True
+    #: The ``Task`` (as its module defines it) this type runs.
+    task: ClassVar[Any]
+
+    def call_task(self, ctx: Context) -> Status:
+        from django_procedures.tasks.backend import ProceduresBackend
+        from django_procedures.tasks.compat import TaskContext, task_started
+        from django_procedures.tasks.results import running_result
+
+        task = type(self).task
+        args, kwargs = list(self.state.get("args", [])), dict(self.state.get("kwargs", {}))
+        result = None
+        if task.takes_context or task_started.receivers:
+            result = running_result(ctx.procedure_id, task, args, kwargs)
+            # A failing receiver is logged; it never fails the task.
+            for receiver, outcome in task_started.send_robust(sender=ProceduresBackend, task_result=result):
+                if isinstance(outcome, Exception):
+                    logger.error("task_started receiver %r failed", receiver, exc_info=outcome,
+                                 extra=ctx.log_extra())
+        try:
+            if task.takes_context:
+                value = task.call(TaskContext(task_result=result), *args, **kwargs)
+            else:
+                value = task.call(*args, **kwargs)
+        except (NotActive, KeyboardInterrupt):
+            raise
+        except BaseException as error:
+            if is_disconnect(error):
+                raise  # not the task's failure: the executor reconnects and runs it again
+            raise raised(error, type(self).retry) from error
+        try:
+            output = to_json(value, f"the return value of {task.module_path}")
+        except TypeError as error:
+            raise NonRetryable(f"{error}. Return JSON from the task; its arguments are kept, so the task can be "
+                               "retried once it does") from None
+        return Status.done(output=output)
+
+
+def registered_task(module_path: str) -> Any:
+    """The ``Task`` registered in this process for ``module_path``, or None."""
+    cls = _classes.get(module_path)
+    return None if cls is None else cls.task
+
+
+def procedure_for(task: Any, default_retry: RetryPolicy | None) -> type[TaskProcedure]:
+    """The procedure type that runs ``task``, made and registered on first use.
+
+    The first ``Task`` object seen for a function (the one its ``@task``
+    decorator made) decides the type's retry policy and atomicity; copies made
+    by ``task.using(...)`` run under the same type.
+    """
+    path = task.module_path
+    cls = _classes.get(path)
+    if cls is not None:
+        return cls
+    retry = getattr(task, "retry", None) or default_retry or RUN_ONCE
+    atomic = bool(getattr(task, "atomic", False))
+
+    def run(self: TaskProcedure, ctx: Context) -> Status:
+        return self.call_task(ctx)
+
+    with _lock:
+        cls = _classes.get(path)
+        if cls is None:
+            qualname = f"TaskProcedure[{path}]"
+            cls = type(qualname, (TaskProcedure,), {
+                "__module__": __name__, "__qualname__": qualname, "type_name": type_name_of(path),
+                "retry": retry, "task": task, "run": step(atomic=atomic)(run),
+            })
+            _classes[path] = cls
+    return cls

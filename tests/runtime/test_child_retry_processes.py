@@ -1,0 +1,88 @@
+"""Retrying a failed child while its parent waits, with real worker processes on PostgreSQL.
+
+A tolerant parent's ``on_child_failed`` handled the failure and the parent went
+back to waiting for a sibling that is still running. Retrying the failed child
+counts it as pending again: the parent goes on only when both have finished.
+(Before, the retried child was counted off a second time when it finished, and
+the parent ran its next step while the sibling was still running.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from django_procedures import get_handle
+from django_procedures.models import ProcedureRun
+from testproject.testapp.procedures import Spawner
+from tests.runtime.processes import read_pid, wait_for
+from tests.runtime.test_tree_processes import effects, no_step_committed_twice, no_tracebacks, open_leases, start
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
+
+
+def row(pid) -> ProcedureRun:
+    return ProcedureRun.objects.get(id=pid)
+
+
+def test_retrying_a_handled_child_while_its_parent_waits_makes_the_parent_wait_for_it_again(workers, tmp_path):
+    fixed, flag, marker = tmp_path / "fixed", tmp_path / "flag", tmp_path / "sibling"
+    handle = Spawner.submit({"tolerant": True, "children": [
+        {"state": {"n": 1, "fail_until": str(fixed)}},
+        {"state": {"n": 2, "flag": str(flag), "marker": str(marker)}, "gated": True},
+    ]})
+    pool = start(workers)
+    wait_for(lambda: ProcedureRun.objects.filter(parent_id=handle.id, position=0, status="failed",
+                                                 failure_handled=True).exists()
+             and row(handle.id).status == "waiting" and read_pid(marker),
+             timeout=60, workers=workers,
+             what="the first child failed and handled, the parent waiting again, the sibling in its step")
+    failed = ProcedureRun.objects.get(parent_id=handle.id, position=0)
+    sibling = ProcedureRun.objects.get(parent_id=handle.id, position=1)
+    assert row(handle.id).pending_children == 1
+
+    fixed.touch()
+    get_handle(failed.id).retry(by="test")
+    assert row(handle.id).pending_children == 2  # counted as pending again, in the retry's transaction
+    wait_for(lambda: row(failed.id).status == "done", timeout=60, workers=workers,
+             what="the retried child to finish")
+    parent = row(handle.id)
+    # The sibling is still inside its step: the parent keeps waiting for it.
+    assert (parent.status, parent.pending_children) == ("waiting", 1), parent.status
+    assert row(sibling.id).status == "running"
+    assert effects(handle.id, "collect") == 0
+
+    flag.touch()
+    wait_for(lambda: row(handle.id).status == "done", timeout=60, workers=workers, what="the parent to finish")
+    parent = row(handle.id)
+    assert (parent.output, parent.pending_children) == (2 + 4, 0)
+    assert parent.state["seen"] == [["done", 2], ["done", 4]]
+    assert parent.state["failed_children"] == ["NonRetryable: leaf 1 refuses"]  # reported once, before the retry
+    assert effects(handle.id, "collect") == 1
+    no_step_committed_twice()
+    assert open_leases() == 0
+    no_tracebacks(pool)
+
+
+def test_a_retried_child_that_fails_again_is_reported_to_its_parent_again(workers, tmp_path):
+    flag, marker = tmp_path / "flag", tmp_path / "sibling"
+    never = tmp_path / "never"
+    handle = Spawner.submit({"tolerant": True, "children": [
+        {"state": {"n": 1, "fail_until": str(never)}},
+        {"state": {"n": 2, "flag": str(flag), "marker": str(marker)}, "gated": True},
+    ]})
+    pool = start(workers)
+    first = wait_for(lambda: ProcedureRun.objects.filter(parent_id=handle.id, position=0, status="failed",
+                                                         failure_handled=True).first()
+                     if row(handle.id).status == "waiting" and read_pid(marker) else None,
+                     timeout=60, workers=workers, what="the first child failed and handled, the parent waiting")
+    get_handle(first.id).retry(by="test")
+    wait_for(lambda: len(row(handle.id).state.get("failed_children", [])) == 2 and row(handle.id).status == "waiting",
+             timeout=60, workers=workers, what="the second failure reported to the parent, which waits again")
+    assert row(handle.id).pending_children == 1
+    flag.touch()
+    wait_for(lambda: row(handle.id).status == "done", timeout=60, workers=workers, what="the parent to finish")
+    assert row(handle.id).state["seen"] == [["failed", None], ["done", 4]]
+    assert Path(marker).exists()
+    no_tracebacks(pool)
