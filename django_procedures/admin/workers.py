@@ -10,9 +10,12 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
+from django_procedures.admin.display import relative
+from django_procedures.admin.why import timestamp
 from django_procedures.models import ProcedureRun, Worker
 from django_procedures.policy.status import LEASED
 from django_procedures.policy.workers import WorkerState
@@ -59,7 +62,7 @@ class WorkerAdmin(admin.ModelAdmin):
     """Read-only: rows are written by the workers and removed by ``procedures_prune``."""
 
     list_display = ("worker_id", "state_badge", "running_now", "hostname", "pid", "queue_list", "concurrency",
-                    "version", "started_at", "last_seen_at", "stopped")
+                    "version", "started", "last_seen")
     list_filter = (WorkerStateFilter, "hostname")
     search_fields = ("worker_id", "hostname")
     ordering = ("-last_seen_at",)
@@ -89,8 +92,14 @@ class WorkerAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("state"), ordering="stopped_at")
     def state_badge(self, worker: Worker) -> str:
-        return format_html('<span class="proc-badge proc-worker-{}">{}</span>', worker.state,  # type: ignore[attr-defined]
-                           worker.state)  # type: ignore[attr-defined]
+        """The state; a stopped worker adds why and when (one date format with the other columns)."""
+        state = worker.state  # type: ignore[attr-defined]
+        badge = format_html('<span class="proc-badge proc-worker-{}">{}</span>', state, state)
+        if worker.stopped_at is None:
+            return badge
+        detail = f": {worker.stop_detail}" if worker.stop_detail else ""
+        return format_html('{} <span class="proc-reason" title="{}">{}{} · {}</span>', badge, worker.stop_detail,
+                           worker.get_stop_reason_display(), detail[:80], timestamp(worker.stopped_at))
 
     @admin.display(description=_("running now"))
     def running_now(self, worker: Worker) -> str:
@@ -112,10 +121,12 @@ class WorkerAdmin(admin.ModelAdmin):
     def queue_list(self, worker: Worker) -> str:
         return ", ".join(worker.queues) if worker.queues else _("every queue")
 
-    @admin.display(description=_("stopped"), ordering="stopped_at")
-    def stopped(self, worker: Worker) -> str:
-        if worker.stopped_at is None:
-            return "—"
-        reason = worker.get_stop_reason_display()
-        detail = f": {worker.stop_detail}" if worker.stop_detail else ""
-        return f"{worker.stopped_at:%Y-%m-%d %H:%M:%S} ({reason}{detail})"
+    @admin.display(description=_("started"), ordering="started_at")
+    def started(self, worker: Worker) -> str:
+        return timestamp(worker.started_at)
+
+    @admin.display(description=_("last seen"), ordering="last_seen_at")
+    def last_seen(self, worker: Worker) -> str:
+        """How long ago it last renewed its row (database clock at write; this process's clock now)."""
+        return format_html('<span title="{}">{}</span>', timestamp(worker.last_seen_at),
+                           relative(worker.last_seen_at, timezone.now()))
