@@ -285,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             ("dashboard", f"{base}dashboard/"),
             ("schedules list", "/admin/django_procedures/schedule/"),
             ("schedule page (with its recent runs)", f"/admin/django_procedures/schedule/{schedule}/change/"),
+            ("workers list", "/admin/django_procedures/worker/"),
+            ("Prometheus gauges (django_procedures.contrib.prometheus)", "/procedures/metrics"),
         ]
         summary = []
         for title, url in pages:
