@@ -1,9 +1,9 @@
 """``ctx.progress()``: a step's reports, throttled per procedure and written outside the step's transaction.
 
 In a worker on PostgreSQL each executor thread writes progress on a second
-connection of its own (opened at its first report), in autocommit: a report
-is visible while an atomic step's transaction is still open, and a step that
-fails keeps the progress it reported. Elsewhere (SQLite, which allows one
+connection of its own (opened when first needed), in autocommit, and the
+heartbeat on its own: a report is visible while an atomic step's transaction
+is still open, and a step that fails keeps the progress it reported. Elsewhere (SQLite, which allows one
 writer at a time, and ``drain()``, which runs on the caller's connection) the
 report is written on the step's own connection: inside an atomic step it
 commits (or rolls back) with the step.
