@@ -479,7 +479,7 @@ def observability(ctx: Context) -> list[Metric]:
         Metric("8 observability", "same, one ctx.progress() per step and --metrics-port on", "steps/s", observed),
         Metric("8 observability", "throughput on / off", "ratio", ratio, "≥ 0.95", lambda v: v >= 0.95, digits=3),
         Metric("8 observability", "commits per step, off (whole worker life)", "commits", plain_commits, digits=3),
-        Metric("8 observability", "commits per step, on (a claim's first report commits on its own)", "commits",
+        Metric("8 observability", "commits per step, on", "commits",
                observed_commits, digits=3),
     ]
 

@@ -97,11 +97,22 @@ class ProgressRecorder:
         """The procedure completes or suspends: a held-back report joins that write (no commit of its own).
 
         Written on this thread's connection, so inside an atomic step it
-        commits with the step's final transaction.
+        commits with the step's final transaction. There it is one more
+        statement of that transaction, on the row the final write locks next:
+        an error (a deadlock, a lost connection) is that transaction's, and is
+        handled as the final write's own would be (no savepoint, two round
+        trips fewer per procedure).
         """
         with self._lock:
-            if self.pending is not None:
+            if self.pending is None:
+                return
+            if not connection.in_atomic_block:
                 self._write(own_connection=True)
+                return
+            value, self.pending = self.pending, None
+            self._written_at = time.monotonic()
+            store.record(self.claim, value.as_json(), clock.now())
+            self.writes += 1
 
     def before_failure(self) -> None:
         """An attempt failed: a held-back report is written at once (outside the step's rolled-back work)."""
