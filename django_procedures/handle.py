@@ -41,7 +41,8 @@ class ProcedureHandle:
     def refresh(self) -> ProcedureHandle:
         from django_procedures.models import ProcedureRun
 
-        self._row = ProcedureRun.objects.only("id", "type_name", "status", "output", "error").get(id=self.id)
+        self._row = ProcedureRun.objects.only("id", "type_name", "status", "output", "error", "progress",
+                                              "progress_updated_at").get(id=self.id)
         return self
 
     async def arefresh(self) -> ProcedureHandle:
@@ -91,6 +92,18 @@ class ProcedureHandle:
     @property
     def type_name(self) -> str:
         return self.run.type_name
+
+    @property
+    def progress(self) -> dict[str, Any] | None:
+        """The last ``ctx.progress()`` written, as last read: ``{"done", "total", "note", "updated_at"}``, or None.
+
+        Call ``refresh()`` to read it again while the procedure runs.
+        """
+        row = self.run
+        if row.progress is None:
+            return None
+        return {"done": row.progress.get("done"), "total": row.progress.get("total"),
+                "note": row.progress.get("note", ""), "updated_at": row.progress_updated_at}
 
     def wait(self, timeout: float | None = None, *, poll: float = 0.05) -> RunStatus:
         """Block until the procedure is final and return its status; ``TimeoutError`` after ``timeout`` s.

@@ -50,3 +50,34 @@ def test_layers_import_downwards(layer, path):
                          ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_core_never_imports_celery(path):
     assert not {n for n in imports_of(path) if n.split(".")[0] in ("celery", "django_celery_beat")}
+
+
+@pytest.mark.parametrize("path", [p for p in PACKAGE.rglob("*.py") if "contrib" not in p.parts
+                                  and p.name != "metrics.py"], ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_core_never_imports_prometheus_client(path):
+    """Only runtime/metrics.py (loaded for --metrics-port) and contrib/prometheus import it."""
+    assert not {n for n in imports_of(path) if n.split(".")[0] == "prometheus_client"}
+
+
+def test_the_core_and_the_worker_command_import_without_prometheus_client():
+    import subprocess
+
+    code = (
+        "import sys, pkgutil, importlib; sys.modules['prometheus_client'] = None\n"
+        "import django; django.setup()\n"
+        "import django_procedures\n"
+        "skip = ('django_procedures.contrib', 'django_procedures.migrations')\n"
+        "for m in pkgutil.walk_packages(django_procedures.__path__, 'django_procedures.'):\n"
+        "    if not m.name.startswith(skip) and m.name != 'django_procedures.runtime.metrics':\n"
+        "        importlib.import_module(m.name)\n"
+        "from django_procedures.runtime import metrics\n"
+        "try:\n"
+        "    metrics.require_client()\n"
+        "except metrics.MetricsUnavailable as e:\n"
+        "    print(e)\n"
+    )
+    env = {**__import__("os").environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "pip install 'django-procedures[prometheus]'" in done.stdout

@@ -180,22 +180,27 @@ def test_async_submit_refresh_and_await_result():
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_the_final_transition_notifies_the_procedures_own_channel():
+def test_the_final_transition_of_an_awaited_procedure_notifies_its_own_channel_and_no_other_does():
     import psycopg
 
-    from django_procedures.store.notify import finished_channel
+    from django_procedures.store.notify import finished_channel, mark_awaited
 
-    handle, other = ThreeSteps.submit({}), Refuses.submit({})
+    quiet = ThreeSteps.submit({})
     params = connection.get_connection_params()
     params.pop("cursor_factory", None)
     params.pop("context", None)
     with psycopg.connect(**params, autocommit=True) as listener:
-        listener.execute(f'LISTEN "{finished_channel(handle.id)}"')
-        listener.execute(f'LISTEN "{finished_channel(other.id)}"')
+        listener.execute(f'LISTEN "{finished_channel(quiet.id)}"')
+        drain()  # nobody awaits it: its completion must not NOTIFY (nor take the notification lock)
+        handle, other = ThreeSteps.submit({}), Refuses.submit({})
+        for h in (handle, other):
+            listener.execute(f'LISTEN "{finished_channel(h.id)}"')
+            mark_awaited(h.id)
         drain()
         heard = {}
-        for note in listener.notifies(timeout=60, stop_after=2):
+        for note in listener.notifies(timeout=60, stop_after=2):  # the quiet one, had it been sent, came first
             heard[note.channel] = note.payload
+    assert quiet.refresh().status == "done"
     assert heard == {finished_channel(handle.id): "done", finished_channel(other.id): "failed"}
 
 

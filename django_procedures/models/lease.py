@@ -29,7 +29,7 @@ class Lease(models.Model):
         indexes = [
             models.Index(fields=["claimed_at"], condition=Q(released_at__isnull=True),
                          name="procedures_open_lease_idx"),
-            # The admin's "workers seen recently": claims of the last minutes.
+            # Lease history by claim time (the admin's reads of recent claims).
             models.Index(fields=["claimed_at"], name="procedures_lease_claimed_idx"),
         ]
 

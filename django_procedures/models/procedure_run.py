@@ -110,6 +110,11 @@ class ProcedureRun(models.Model):
     awaited = models.BooleanField(default=False)
     manual_retries = models.PositiveIntegerField(default=0)
 
+    # ctx.progress(): {"done", "total", "note"} as last written (outside the step's transaction, fenced,
+    # throttled), and when, on the recorded clock.
+    progress = models.JSONField(null=True, blank=True)
+    progress_updated_at = models.DateTimeField(null=True, blank=True)
+
     objects = ProcedureRunQuerySet.as_manager()
 
     class Meta:

@@ -47,10 +47,13 @@ class Claim:
     #: A scheduled run's ``max_run_time`` after its start (or manual retry) when claimed: its worker cancels it
     #: once past (None: no limit).
     deadline: datetime | None = None
+    #: When it was due: the pickup delay metric is measured from it.
+    run_at: datetime | None = None
 
 
 _FIELDS = ["id", "type_name", "state", "step", "step_name", "attempt", "failures", "lost", "lease_token", "queue",
-           "parent_id", "root_id", "depth", "suspension", "spawned_in", "schedule_id", "in_rollback", "lock_keys"]
+           "parent_id", "root_id", "depth", "suspension", "spawned_in", "schedule_id", "in_rollback", "lock_keys",
+           "run_at"]
 
 _DEADLINE = ("started_at", "retried_at", "schedule__max_run_time")
 
