@@ -182,7 +182,7 @@ def suspend(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], 
         fenced_update(claim, status=RunStatus.WAITING, state=state, step=records[-1].index + 1, step_name=next_step,
                       attempt=1, failures=0, lost=0, pending_children=len(rows), suspension=suspension,
                       **_LEASE_CLEARED)
-        Step.objects.bulk_create(advance.done_rows(claim, records, state))
+        Step._writer.bulk_create(advance.done_rows(claim, records, state))
         insert(list(rows))
         close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
     _committed(claim, records)
@@ -192,7 +192,7 @@ def handled_child_failure(claim: Claim, child_id: Any, state: dict[str, Any]) ->
     """``on_child_failed`` returned for ``child_id``: save the state it left, and never report that child again."""
     with _transaction():
         fenced_update(claim, state=state, step_started_at=clock.now())
-        ProcedureRun.objects.filter(id=child_id, parent_id=claim.id).update(failure_handled=True)
+        ProcedureRun._writer.filter(id=child_id, parent_id=claim.id).update(failure_handled=True)
     claim.state = state
 
 
@@ -252,7 +252,7 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
                           failure_can_retry=decision.manual_retry, finished_at=clock.now(), pending_children=0,
                           **_LEASE_CLEARED)
         if record is not None:
-            Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name,
+            Step._writer.create(procedure_id=claim.id, index=record.index, name=record.name,
                                 attempt=record.attempt, status=StepStatus.FAILED, lease_token=claim.lease_token,
                                 started_at=record.started_at, finished_at=record.finished_at, error=error)
         if not retrying:
@@ -279,7 +279,7 @@ def finish_rollback(claim: Claim, record: StepRecord) -> None:
         _lock_for_final(claim)
         fenced_update(claim, status=RunStatus.ROLLED_BACK, finished_at=clock.now(), rollback_error="",
                       **_LEASE_CLEARED)
-        Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
+        Step._writer.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
                             status=StepStatus.DONE, lease_token=claim.lease_token, started_at=record.started_at,
                             finished_at=record.finished_at)
         close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
@@ -300,7 +300,7 @@ def fail_rollback(claim: Claim, record: StepRecord, error: str, decision: RetryD
             fenced_update(claim, status=RunStatus.FAILED, failures=claim.failures + 1, attempt=claim.attempt + 1,
                           rollback_error=error, finished_at=clock.now(), pending_children=0,
                           failure_can_retry=decision.manual_retry, **_LEASE_CLEARED)
-        Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
+        Step._writer.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
                             status=StepStatus.FAILED, lease_token=claim.lease_token, started_at=record.started_at,
                             finished_at=record.finished_at, error=error)
         close_lease(claim.id, claim.lease_token, LeaseOutcome.RETRIED if retrying else LeaseOutcome.FAILED)

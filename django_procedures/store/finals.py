@@ -11,7 +11,7 @@ from django_procedures.store import locks, tree
 def lock_for_final(schedule_id: int | None, parent_id: uuid.UUID | None) -> None:
     """Lock what a final transition will update, in the lock order: the schedule, then the parent."""
     if schedule_id is not None:
-        list(Schedule.objects.select_for_update().filter(id=schedule_id).values_list("id", flat=True))
+        list(Schedule._writer.select_for_update().filter(id=schedule_id).values_list("id", flat=True))
     tree.lock_rows([parent_id])
 
 

@@ -50,7 +50,7 @@ def renew(held: Iterable[tuple[UUID, int]], lease_seconds: float) -> set[tuple[U
     renewed = set()
     with transaction.atomic():
         for pid, token in sorted(held):
-            if ProcedureRun.objects.filter(id=pid, lease_token=token, status__in=LEASED).update(
+            if ProcedureRun._writer.filter(id=pid, lease_token=token, status__in=LEASED).update(
                     lease_expires_at=db_now_plus(lease_seconds)):
                 renewed.add((pid, token))
     return renewed
@@ -75,14 +75,14 @@ def sweep_expired(limit: int = 100) -> SweepReport:
     queues = set()
     with transaction.atomic():
         expired = list(
-            ProcedureRun.objects.filter(status__in=LEASED, lease_expires_at__lt=db_now())
+            ProcedureRun._writer.filter(status__in=LEASED, lease_expires_at__lt=db_now())
             .select_for_update(skip_locked=True).order_by("depth", "id")
             .values("id", "lease_token", "lease_owner", "step", "step_name", "attempt", "in_unsafe_step",
                     "step_started_at", "queue", "type_name", "parent_id", "spawned_in", "in_rollback",
                     "schedule_id")[:limit]
         )
         for row in expired:
-            fence = ProcedureRun.objects.filter(id=row["id"], lease_token=row["lease_token"])
+            fence = ProcedureRun._writer.filter(id=row["id"], lease_token=row["lease_token"])
             where = "the rollback" if row["in_rollback"] else f"step {row['step_name']}"
             message = f"worker {row['lease_owner']} lost: its lease expired during {where}"
             if row["in_unsafe_step"]:
@@ -102,11 +102,11 @@ def sweep_expired(limit: int = 100) -> SweepReport:
                              lease_token=F("lease_token") + 1, lease_owner="", lease_expires_at=None)
                 queues.add(row["queue"])
                 resumed += 1
-            Step.objects.create(procedure_id=row["id"], index=row["step"],
+            Step._writer.create(procedure_id=row["id"], index=row["step"],
                                 name="rollback" if row["in_rollback"] else row["step_name"],
                                 attempt=row["attempt"], status=StepStatus.LOST, lease_token=row["lease_token"],
                                 started_at=row["step_started_at"], finished_at=now, error=message)
-            Lease.objects.filter(procedure_id=row["id"], token=row["lease_token"], released_at__isnull=True).update(
+            Lease._writer.filter(procedure_id=row["id"], token=row["lease_token"], released_at__isnull=True).update(
                 released_at=db_now(), outcome=LeaseOutcome.EXPIRED)
             logger.warning("%s; %s", message, "parked as failed" if row["in_unsafe_step"] else "resuming elsewhere",
                            extra={"procedure_id": str(row["id"]), "lease_token": row["lease_token"]})

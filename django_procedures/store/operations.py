@@ -28,7 +28,7 @@ def retry(procedure_id: Any, *, by: str = "") -> None:
     """
     now = clock.now()
     with transaction.atomic():
-        row = ProcedureRun.objects.select_for_update().filter(id=procedure_id).first()
+        row = ProcedureRun._writer.select_for_update().filter(id=procedure_id).first()
         if row is None:
             raise InvalidOperation(f"procedure {procedure_id} does not exist")
         if row.status != RunStatus.FAILED:
@@ -40,7 +40,7 @@ def retry(procedure_id: Any, *, by: str = "") -> None:
                 f"procedure {procedure_id} failed with an error marked not worth a manual retry "
                 f"({row.error[:200]}); submit a new procedure instead"
             )
-        ProcedureRun.objects.filter(id=row.id).update(
+        ProcedureRun._writer.filter(id=row.id).update(
             status=RunStatus.READY, run_at=now, failures=0, lost=0, in_unsafe_step=False, error="", traceback="",
             failed_step="", failure_can_retry=False, finished_at=None, retried_at=now, retried_by=by,
             manual_retries=row.manual_retries + 1, in_rollback=False, rollback_error="",
@@ -68,7 +68,7 @@ def cancel(procedure_id: Any, *, by: str = "") -> CancelResult:
     Cancelling a finished procedure changes nothing and says so.
     """
     with transaction.atomic():
-        row = (ProcedureRun.objects.filter(id=procedure_id)
+        row = (ProcedureRun._writer.filter(id=procedure_id)
                .values("status", "parent_id", "spawned_in", "schedule_id").first())
         if row is None:
             raise InvalidOperation(f"procedure {procedure_id} does not exist")
@@ -88,13 +88,13 @@ def fail_waiting(procedure_ids: Sequence[uuid.UUID], error: str) -> list[uuid.UU
     """Fail procedures that have not started (waiting for lock keys), e.g. to break a deadlock."""
     failed = []
     with transaction.atomic():
-        rows = list(ProcedureRun.objects.filter(id__in=procedure_ids, status__in=CLAIMABLE, keys_held=False)
+        rows = list(ProcedureRun._writer.filter(id__in=procedure_ids, status__in=CLAIMABLE, keys_held=False)
                     .values("id", "parent_id", "spawned_in", "type_name", "schedule_id"))
         for schedule_id in sorted({r["schedule_id"] for r in rows if r["schedule_id"]}):
             finals.lock_for_final(schedule_id, None)
         tree.lock_rows([r["parent_id"] for r in rows] + [r["id"] for r in rows])
         for row in rows:
-            updated = ProcedureRun.objects.filter(id=row["id"], status__in=CLAIMABLE, keys_held=False).update(
+            updated = ProcedureRun._writer.filter(id=row["id"], status__in=CLAIMABLE, keys_held=False).update(
                 status=RunStatus.FAILED, error=error, failure_can_retry=True, finished_at=clock.now(),
                 waiting_for_keys=False)
             if not updated:

@@ -52,7 +52,7 @@ def _parent(parent: Any) -> Parent | None:
     if parent is None:
         return None
     parent_id = uuid.UUID(str(getattr(parent, "id", parent)))
-    row = ProcedureRun.objects.filter(id=parent_id).values("root_id", "depth").first()
+    row = ProcedureRun._writer.filter(id=parent_id).values("root_id", "depth").first()
     if row is None:
         raise ValueError(f"parent procedure {parent_id} does not exist")
     return Parent(parent_id, row["root_id"] or parent_id, row["depth"])
@@ -118,11 +118,11 @@ def insert(rows: list[ProcedureRun], *, skip_conflicts: bool = False) -> list[uu
         stored = _insert_new(rows)
         ids = [row.id for row in rows if row.id in stored]
     elif keys:
-        ProcedureRun.objects.bulk_create(rows, ignore_conflicts=True)
-        stored = dict(ProcedureRun.objects.filter(key__in=keys).values_list("key", "id"))
+        ProcedureRun._writer.bulk_create(rows, ignore_conflicts=True)
+        stored = dict(ProcedureRun._writer.filter(key__in=keys).values_list("key", "id"))
         ids = [stored[row.key] if row.key is not None else row.id for row in rows]
     else:
-        ProcedureRun.objects.bulk_create(rows)
+        ProcedureRun._writer.bulk_create(rows)
         ids = [row.id for row in rows]
     created = {row.id for row in rows} & set(ids)
     notify({row.queue for row in rows if row.id in created})
@@ -135,8 +135,8 @@ def insert(rows: list[ProcedureRun], *, skip_conflicts: bool = False) -> list[uu
 def _insert_new(rows: list[ProcedureRun]) -> set[uuid.UUID]:
     """Insert ``rows``, skipping those that hit a unique constraint; returns the ids inserted."""
     if not is_postgresql():
-        ProcedureRun.objects.bulk_create(rows, ignore_conflicts=True)
-        return set(ProcedureRun.objects.filter(id__in=[row.id for row in rows]).values_list("id", flat=True))
+        ProcedureRun._writer.bulk_create(rows, ignore_conflicts=True)
+        return set(ProcedureRun._writer.filter(id__in=[row.id for row in rows]).values_list("id", flat=True))
     # bulk_create prepares every field of every row and cannot say which rows it skipped: one JSON
     # parameter and RETURNING cost a fraction of that (a tick inserts thousands of runs).
     fields = ProcedureRun._meta.concrete_fields

@@ -37,7 +37,7 @@ class TickReport:
 
 def next_tick_due() -> datetime | None:
     """The earliest next tick of an enabled schedule (``procedures_worker --burst --with-scheduler`` waits for it)."""
-    return Schedule.objects.filter(enabled=True).aggregate(at=Min("next_tick_at"))["at"]
+    return Schedule._writer.filter(enabled=True).aggregate(at=Min("next_tick_at"))["at"]
 
 
 def tick(now: datetime | None = None, *, batch_size: int = 500) -> TickReport:
@@ -56,7 +56,7 @@ def tick(now: datetime | None = None, *, batch_size: int = 500) -> TickReport:
         stuck: set[int] = set()  # ticked in this pass yet still due: passed over, so the pass ends
         while True:
             with transaction.atomic():
-                due = list(Schedule.objects.filter(enabled=True, next_tick_at__lte=moment).exclude(id__in=stuck)
+                due = list(Schedule._writer.filter(enabled=True, next_tick_at__lte=moment).exclude(id__in=stuck)
                            .select_for_update(skip_locked=True).order_by("id")[:batch_size])
                 stuck.update(_tick_batch(due, moment, report))
             if len(due) < batch_size:
@@ -114,7 +114,7 @@ def _tick_batch(due: list[Schedule], now: datetime, report: TickReport) -> list[
 def _cancel_overdue(now: datetime, report: TickReport) -> None:
     """Runs past their schedule's ``max_run_time`` are cancelled: a failure that frees the slot."""
     deadline = ExpressionWrapper(F("created_at") + F("schedule__max_run_time"), output_field=DateTimeField())
-    overdue = (ProcedureRun.objects.filter(schedule__isnull=False, schedule__max_run_time__isnull=False)
+    overdue = (ProcedureRun._writer.filter(schedule__isnull=False, schedule__max_run_time__isnull=False)
                .exclude(status__in=FINAL).alias(deadline=deadline).filter(deadline__lt=now)
                .values_list("id", "schedule__max_run_time"))
     for procedure_id, limit in overdue:
@@ -131,7 +131,7 @@ def write_ticked(schedules: list[Schedule]) -> None:
     if not schedules:
         return
     if not is_postgresql():
-        Schedule.objects.bulk_update(schedules, TICKED)
+        Schedule._writer.bulk_update(schedules, TICKED)
         return
     fields = [Schedule._meta.pk, *(Schedule._meta.get_field(name) for name in TICKED)]
     select, params = json_rows(fields, schedules)

@@ -25,7 +25,7 @@ def seed():
     Flaky.submit({"fail_times": 1})
     drain()
     old = ThreeSteps.submit(queue="emails")
-    ProcedureRun.objects.filter(id=old.id).update(run_at=timezone.now() - timedelta(minutes=7))
+    ProcedureRun._writer.filter(id=old.id).update(run_at=timezone.now() - timedelta(minutes=7))
     ThreeSteps.submit(queue="emails")
     ThreeSteps.submit(run_after=timedelta(hours=1))
     ThreeSteps.submit(queue="work")
@@ -88,8 +88,8 @@ def test_the_schedules_panel_lists_paused_failing_and_drifting_schedules(operato
     for name in ("quiet", "paused", "failing", "late"):
         register_schedule(name, Heartbeat, period=timedelta(minutes=5))
     schedules.pause("paused", reason="the API is down")
-    Schedule.objects.filter(name="failing").update(failures=3, runs=5, last_drift_ms=20)
-    Schedule.objects.filter(name="late").update(last_drift_ms=90_000)
+    Schedule._writer.filter(name="failing").update(failures=3, runs=5, last_drift_ms=20)
+    Schedule._writer.filter(name="late").update(last_drift_ms=90_000)
 
     panel = dashboard_context(timezone.now())["schedules"]
     assert (panel["total"], panel["paused"], panel["failing"]) == (4, 1, 1)

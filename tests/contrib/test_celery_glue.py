@@ -111,7 +111,7 @@ def test_a_fractional_tick_seconds_is_rounded_up_and_the_command_says_so():
 def test_the_setup_repairs_an_entry_edited_by_hand_but_keeps_the_operators_choices():
     task = entry()
     task.task, task.args, task.interval = "something.else", '["x"]', None
-    task.crontab = CrontabSchedule.objects.create(minute="*/5")
+    task.crontab = CrontabSchedule._writer.create(minute="*/5")
     task.queue, task.priority = "ticks", 3
     task.save()
     out = setup_command()
