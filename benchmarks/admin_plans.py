@@ -117,7 +117,7 @@ def seed_schedules() -> int:
 
     from django_procedures.models import Schedule
 
-    rows = Schedule.objects.bulk_create([
+    rows = Schedule._writer.bulk_create([
         Schedule(name=f"{TYPES[i % len(TYPES)][0].split('.')[0]}-sched-{i:02}", procedure=TYPES[i % len(TYPES)][0],
                  period=timedelta(minutes=1 + i % 30), enabled=i % 5 != 0, disabled_reason="" if i % 5 else "paused",
                  runs=1000 + i, failures=i % 7, skips=i % 3, last_drift_ms=i * 37)

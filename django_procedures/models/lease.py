@@ -5,10 +5,11 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from django_procedures.models.readonly import ReadOnlyQuerySet, StoreWritten, WriterQuerySet
 from django_procedures.policy.status import LeaseOutcome
 
 
-class Lease(models.Model):
+class Lease(StoreWritten):
     """A claim ``(procedure, token)`` by ``worker``; ``outcome`` says how it ended."""
 
     # Indexed by the (procedure, token) constraint.
@@ -20,6 +21,9 @@ class Lease(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=10, blank=True, choices=[(o.value, o.value) for o in LeaseOutcome])
+
+    objects = ReadOnlyQuerySet.as_manager()
+    _writer = WriterQuerySet.as_manager()  # the store's door; see models/readonly.py
 
     class Meta:
         ordering = ["procedure", "token"]

@@ -7,11 +7,14 @@ from django.db.models import Case, CharField, Q, Value, When
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from django_procedures.models.readonly import ReadOnlyQuerySet, StoreWritten, WriterQuerySet
 from django_procedures.policy.workers import StopReason, WorkerState
 
 
-class WorkerQuerySet(models.QuerySet["Worker"]):
+class _WorkerQueries:
     """Worker rows by state, judged on the database's clock (as leases are)."""
+
+    # (mixed into a QuerySet below: filter, annotate and db come from there)
 
     def with_state(self) -> WorkerQuerySet:
         """Annotate ``state``: ``stopped`` (it said so), ``alive`` (renewed in time) or ``gone`` (silent)."""
@@ -30,6 +33,14 @@ class WorkerQuerySet(models.QuerySet["Worker"]):
         return self.filter(stopped_at__isnull=False)
 
 
+class WorkerQuerySet(_WorkerQueries, ReadOnlyQuerySet):
+    """What ``Worker.objects`` returns: reads only (see :mod:`django_procedures.models.readonly`)."""
+
+
+class _WritableWorkerQuerySet(_WorkerQueries, WriterQuerySet):
+    pass
+
+
 def _db_now(alias: str) -> RawSQL | Value:
     from django.db import connections
 
@@ -38,7 +49,7 @@ def _db_now(alias: str) -> RawSQL | Value:
     return Value(timezone.now(), output_field=models.DateTimeField())
 
 
-class Worker(models.Model):
+class Worker(StoreWritten):
     """A ``procedures_worker`` process: who it is, what it serves, and whether it is still there.
 
     ``last_seen_at`` is renewed with the heartbeat (at most once per
@@ -64,6 +75,7 @@ class Worker(models.Model):
     stop_detail = models.TextField(blank=True)
 
     objects = WorkerQuerySet.as_manager()
+    _writer = _WritableWorkerQuerySet.as_manager()  # the store's door; see models/readonly.py
 
     class Meta:
         indexes = [

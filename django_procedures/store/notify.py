@@ -47,5 +47,5 @@ def mark_awaited(procedure_id: object) -> None:
     from django_procedures.models import ProcedureRun
     from django_procedures.policy.status import FINAL
 
-    (ProcedureRun.objects.filter(id=procedure_id, awaited=False).exclude(status__in=FINAL)
+    (ProcedureRun._writer.filter(id=procedure_id, awaited=False).exclude(status__in=FINAL)
      .update(awaited=True))

@@ -56,7 +56,7 @@ def test_the_workers_list(browser, live_server):  # noqa: F811
                      queues=None, concurrency=4, lease_seconds=30)
     gone = workers.register(worker_id="app-2:977:9f8e7d", hostname="app-2", pid=977, version="0.1.0",
                             queues=["emails"], concurrency=2, lease_seconds=30)
-    Worker.objects.filter(id=gone).update(alive_until=timezone.now() - timedelta(minutes=3))
+    Worker._writer.filter(id=gone).update(alive_until=timezone.now() - timedelta(minutes=3))
     stopped = workers.register(worker_id="app-1:4100:aa11bb", hostname="app-1", pid=4100, version="0.1.0",
                                queues=None, concurrency=4, lease_seconds=30)
     workers.stop(stopped, StopReason.SIGTERM)

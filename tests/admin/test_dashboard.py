@@ -27,7 +27,7 @@ def seed():
     Flaky.submit({"fail_times": 1})
     drain()
     old = ThreeSteps.submit(queue="emails")
-    ProcedureRun.objects.filter(id=old.id).update(run_at=timezone.now() - timedelta(minutes=7))
+    ProcedureRun._writer.filter(id=old.id).update(run_at=timezone.now() - timedelta(minutes=7))
     ThreeSteps.submit(queue="emails")
     ThreeSteps.submit(run_after=timedelta(hours=1))
     ThreeSteps.submit(queue="work")
@@ -58,7 +58,7 @@ def test_only_live_workers_are_counted_and_each_shows_what_it_holds():
                             concurrency=4, lease_seconds=30)
     stopped = workers.register(worker_id="stopped@host", hostname="host", pid=3, version="1", queues=None,
                                concurrency=4, lease_seconds=30)
-    Worker.objects.filter(id=gone).update(alive_until=timezone.now() - timedelta(seconds=1))
+    Worker._writer.filter(id=gone).update(alive_until=timezone.now() - timedelta(seconds=1))
     workers.stop(stopped, StopReason.SIGTERM)
     ThreeSteps.submit()
     ThreeSteps.submit()
@@ -104,8 +104,8 @@ def test_the_schedules_panel_lists_paused_failing_and_drifting_schedules(operato
     for name in ("quiet", "paused", "failing", "late"):
         register_schedule(name, Heartbeat, period=timedelta(minutes=5))
     schedules.pause("paused", reason="the API is down")
-    Schedule.objects.filter(name="failing").update(failures=3, runs=5, last_drift_ms=20)
-    Schedule.objects.filter(name="late").update(last_drift_ms=90_000)
+    Schedule._writer.filter(name="failing").update(failures=3, runs=5, last_drift_ms=20)
+    Schedule._writer.filter(name="late").update(last_drift_ms=90_000)
 
     panel = dashboard_context(timezone.now())["schedules"]
     assert (panel["total"], panel["paused"], panel["failing"]) == (4, 1, 1)

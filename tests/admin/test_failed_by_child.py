@@ -31,7 +31,7 @@ def test_the_error_names_the_failed_child_not_a_step_that_never_ran(operator_cli
 def test_an_ordinary_failure_still_names_its_step(operator_client):
     handle = ThreeSteps.submit({})
     drain()
-    ProcedureRun.objects.filter(id=handle.id).update(status="failed", error="RuntimeError: boom", failed_step="two",
+    ProcedureRun._writer.filter(id=handle.id).update(status="failed", error="RuntimeError: boom", failed_step="two",
                                                      failure_can_retry=True)
     html = operator_client.get(page_url(handle.id)).content.decode()
     assert "in step two" in html and 'id="proc-retry-warning"' not in html

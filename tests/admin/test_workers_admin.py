@@ -33,7 +33,7 @@ def test_workers_list_shows_state_and_running_work():
     start("alive@app-1")
     gone = start("gone@app-1")
     stopped = start("stopped@app-1")
-    Worker.objects.filter(id=gone).update(alive_until=timezone.now() - timedelta(seconds=1))
+    Worker._writer.filter(id=gone).update(alive_until=timezone.now() - timedelta(seconds=1))
     workers.stop(stopped, StopReason.BURST)
     for _ in range(5):
         ThreeSteps.submit()

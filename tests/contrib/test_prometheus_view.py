@@ -32,15 +32,15 @@ def seed(n_ready: int = 3) -> None:
     for _ in range(n_ready):
         ThreeSteps.submit(queue="emails")
     old = ThreeSteps.submit(queue="reports")
-    ProcedureRun.objects.filter(id=old.id).update(run_at=timezone.now() - timedelta(minutes=10))
+    ProcedureRun._writer.filter(id=old.id).update(run_at=timezone.now() - timedelta(minutes=10))
     ThreeSteps.submit(queue="work")
     claim("w", type_names=[ThreeSteps.type_name], queues=["work"], limit=1, lease_seconds=30)
     workers.register(worker_id="a", hostname="h", pid=1, version="", queues=None, concurrency=1, lease_seconds=30)
     gone = workers.register(worker_id="b", hostname="h", pid=2, version="", queues=None, concurrency=1,
                             lease_seconds=30)
-    Worker.objects.filter(id=gone).update(alive_until=timezone.now() - timedelta(seconds=5))
+    Worker._writer.filter(id=gone).update(alive_until=timezone.now() - timedelta(seconds=5))
     schedule, _ = register_schedule("late", Heartbeat, period=timedelta(minutes=5))
-    Schedule.objects.filter(id=schedule.id).update(next_tick_at=timezone.now() - timedelta(seconds=90),
+    Schedule._writer.filter(id=schedule.id).update(next_tick_at=timezone.now() - timedelta(seconds=90),
                                                    last_drift_ms=1500)
 
 
