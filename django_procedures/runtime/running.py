@@ -14,7 +14,7 @@ from typing import Any
 from django_procedures.policy.text import describe
 from django_procedures.procedure import StepSpec
 from django_procedures.runtime.context import Activity
-from django_procedures.store import fence
+from django_procedures.store import transitions
 from django_procedures.store.claim import Claim
 from django_procedures.store.tree import ChildResult
 
@@ -92,8 +92,8 @@ def interrupted(running: RunningClaim) -> Outcome:
     if spec is not None and not spec.idempotent:
         from django_procedures.policy.retry import FailDecision
 
-        fence.fail_attempt(claim, None, f"interrupted during non-idempotent step {spec.name}", "",
+        transitions.fail_attempt(claim, None, f"interrupted during non-idempotent step {spec.name}", "",
                            FailDecision("interrupted", manual_retry=True))
         return Outcome.FAILED
-    fence.release(claim)
+    transitions.release(claim)
     return Outcome.RELEASED
