@@ -13,7 +13,6 @@ from collections.abc import Callable
 
 from django.db import Error, transaction
 
-from django_procedures.policy.retry import FailDecision
 from django_procedures.runtime.outage import watch
 from django_procedures.runtime.running import Outcome, RunningClaim, log_extra, logger
 from django_procedures.store import transitions
@@ -78,8 +77,7 @@ def wait_for_database(running: RunningClaim, error: Error) -> transitions.Reload
 def park_unsafe(running: RunningClaim) -> Outcome:
     """Park the procedure ``failed``: its non-idempotent step may or may not have taken effect."""
     claim = running.claim
-    error = f"interrupted during non-idempotent step {claim.step_name}"
-    transitions.fail_attempt(claim, None, error, "", FailDecision("interrupted", manual_retry=True))
+    transitions.park_interrupted(claim, claim.step_name)
     logger.warning("procedure %s: the database connection was lost during non-idempotent step %s; parked as "
                    "failed (retry it by hand once its effect is checked)", claim.id, claim.step_name,
                    extra=log_extra(claim))

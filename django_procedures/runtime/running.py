@@ -90,10 +90,7 @@ def interrupted(running: RunningClaim) -> Outcome:
         return Outcome.LOST
     spec = running.current
     if spec is not None and not spec.idempotent:
-        from django_procedures.policy.retry import FailDecision
-
-        transitions.fail_attempt(claim, None, f"interrupted during non-idempotent step {spec.name}", "",
-                           FailDecision("interrupted", manual_retry=True))
+        transitions.park_interrupted(claim, spec.name)
         return Outcome.FAILED
     transitions.release(claim)
     return Outcome.RELEASED

@@ -22,7 +22,6 @@ from django_procedures import clock, registry
 from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost, ProceduresNotMigrated
 from django_procedures.policy.prefetch import GIVE_BACK_SECONDS, Prefetch, stale, to_claim
-from django_procedures.policy.retry import FailDecision
 from django_procedures.runtime.connections import (
     APPLICATION_NAME_PREFIX,
     application_name,
@@ -329,8 +328,7 @@ class Worker:
         spec = running.current
         try:
             if running.in_step and spec is not None and not spec.idempotent:
-                transitions.fail_attempt(running.claim, None, f"interrupted during non-idempotent step {spec.name}", "",
-                                   FailDecision("interrupted", manual_retry=True))
+                transitions.park_interrupted(running.claim, spec.name)
                 self.stats["failed"] += 1
             else:
                 transitions.release(running.claim)
