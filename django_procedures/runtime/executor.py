@@ -11,7 +11,7 @@ from django.db import DatabaseError, Error, connection, transaction
 
 from django_procedures import clock, registry
 from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
-from django_procedures.policy.retry import FailDecision, RetryDecision, decide_failure, is_poisonous
+from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error, decide_failure, is_poisonous
 from django_procedures.policy.state import find_problem
 from django_procedures.procedure import Procedure, Status, StepSpec
 from django_procedures.runtime import hooks, reconnect
@@ -23,7 +23,6 @@ from django_procedures.runtime.running import (
     interrupted,
     log_extra,
     logger,
-    manual_retry_of,
     trace_text,
 )
 from django_procedures.store import transitions
@@ -287,13 +286,11 @@ def _normalise(result: Any, cls: type[Procedure]) -> Status:
 def _record_failure(procedure: Procedure, cls: type[Procedure], running: RunningClaim,
                     failed: _StepFailed) -> Outcome:
     claim, error = running.claim, failed.error
-    retryable = not isinstance(error, (NonRetryable, *cls.retry.non_retryable))
-    manual_retry = manual_retry_of(error)
-    decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=retryable,
-                              manual_retry=manual_retry)
+    decision = decide_error(cls.retry, error, failures_before=claim.failures, now=clock.now(),
+                            permanent=(NonRetryable,))
     if not isinstance(decision, RetryDecision):
         return hooks.fail_now(procedure, cls, running, error_text(error), failed.trace, record=failed.record,
-                              manual_retry=manual_retry)
+                              manual_retry=decision.manual_retry)
     transitions.fail_attempt(claim, failed.record, error_text(error), failed.trace, decision)
     logger.warning("procedure %s step %s attempt %s failed (retrying): %s", claim.id, failed.record.name,
                    failed.record.attempt, error_text(error), extra=log_extra(claim))

@@ -9,7 +9,7 @@ from django.db import transaction
 
 from django_procedures import clock
 from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
-from django_procedures.policy.retry import FailDecision, RetryDecision, decide_failure
+from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error
 from django_procedures.policy.state import find_problem
 from django_procedures.procedure import Procedure
 from django_procedures.runtime.context import Context
@@ -19,7 +19,6 @@ from django_procedures.runtime.running import (
     error_text,
     interrupted,
     logger,
-    manual_retry_of,
     trace_text,
 )
 from django_procedures.store import transitions, tree
@@ -99,9 +98,8 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
         if own_connection_lost(error, before):
             raise  # not the rollback's failure: the executor reconnects and runs it again
         record = StepRecord(claim.step, "rollback", claim.attempt, started, clock.now())
-        retryable = not isinstance(error, (NonRetryable, *cls.retry.non_retryable))
-        decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=retryable,
-                                  manual_retry=manual_retry_of(error))
+        decision = decide_error(cls.retry, error, failures_before=claim.failures, now=clock.now(),
+                                permanent=(NonRetryable,))
         transitions.fail_rollback(claim, record, error_text(error), decision)
         logger.warning("procedure %s: rollback attempt %s failed: %s", claim.id, claim.attempt, error_text(error))
         return Outcome.RETRIED if isinstance(decision, RetryDecision) else Outcome.FAILED

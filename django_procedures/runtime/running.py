@@ -66,14 +66,6 @@ def error_text(error: BaseException) -> str:
     return describe(error)
 
 
-def manual_retry_of(error: BaseException) -> bool:
-    """``error.manual_retry`` (``NonRetryable(..., manual_retry=False)``); True if it has none, or it raises."""
-    try:
-        return bool(getattr(error, "manual_retry", True))
-    except BaseException:  # foreign code
-        return True
-
-
 def trace_text() -> str:
     """The traceback of the exception being handled, or "" if even formatting it fails."""
     try:
