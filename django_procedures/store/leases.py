@@ -17,19 +17,19 @@ from django_procedures.models import ProcedureRun
 from django_procedures.policy.status import LEASED, RunStatus
 from django_procedures.store import transitions
 from django_procedures.store.claim import Claim
-from django_procedures.store.db import db_now, db_now_plus, is_postgresql
+from django_procedures.store.db import db_now, db_now_plus, is_postgresql, sql_list
 from django_procedures.store.notify import notify
 from django_procedures.store.transitions import LostAttempt
 
 logger = logging.getLogger("django_procedures.store")
 
-_PG_RENEW = """
-UPDATE {run} SET lease_expires_at = clock_timestamp() + make_interval(secs => %(lease)s)
+_PG_RENEW = f"""
+UPDATE {{run}} SET lease_expires_at = clock_timestamp() + make_interval(secs => %(lease)s)
 WHERE id IN (
-    SELECT r.id FROM {run} AS r
+    SELECT r.id FROM {{run}} AS r
     JOIN unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS held(id, token)
       ON r.id = held.id AND r.lease_token = held.token
-    WHERE r.status IN ('running', 'rolling_back')
+    WHERE r.status IN ({sql_list(LEASED)})
     ORDER BY r.depth, r.id FOR UPDATE
 )
 RETURNING id, lease_token

@@ -18,7 +18,7 @@ from django.db import connection
 from django_procedures import clock
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.policy.status import LEASED, LeaseOutcome, RunStatus, StepStatus
-from django_procedures.store.db import bound_cursor
+from django_procedures.store.db import bound_cursor, sql_list
 
 if TYPE_CHECKING:
     from django_procedures.store.claim import Claim
@@ -32,7 +32,7 @@ _SQL = f"""
 WITH run AS (
     UPDATE {_RUN} SET state = %(state)s, step = %(step)s, step_name = %(step_name)s, attempt = 1, failures = 0,
         lost = 0, in_unsafe_step = false, {{sets}}
-    WHERE id = %(id)s AND lease_token = %(token)s AND status IN ({", ".join(f"'{s}'" for s in LEASED)})
+    WHERE id = %(id)s AND lease_token = %(token)s AND status IN ({sql_list(LEASED)})
     RETURNING id, state
 ), steps AS (
     INSERT INTO {_STEP} (procedure_id, index, name, attempt, status, lease_token, started_at, finished_at, error,
