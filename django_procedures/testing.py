@@ -15,7 +15,6 @@ from django_procedures.runtime.executor import Outcome, RunningClaim, execute
 from django_procedures.store import claim as claims
 from django_procedures.store.maintenance import maintain
 
-
 #: Claim passes ``drain()`` makes again when something due was not claimed (see there).
 _LOOK_AGAIN = 3
 
