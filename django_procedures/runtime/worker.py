@@ -26,6 +26,7 @@ from django_procedures.policy.retry import FailDecision
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute
 from django_procedures.runtime.heartbeat import Heartbeat
 from django_procedures.runtime.outage import watch
+from django_procedures.runtime.running import log_extra
 from django_procedures.runtime.shutdown import graceful_signals
 from django_procedures.runtime.wakeup import Waker
 from django_procedures.store import fence
@@ -210,7 +211,10 @@ class Worker:
         for r in stale_claims:
             try:
                 fence.release(r.claim)
-            except LeaseLost:
+            except LeaseLost:  # cancelled or taken over while it waited: a claim that ended lost
+                self.stats["lost"] += 1
+                logger.info("procedure %s: stopped: lease token %s was taken over or cancelled before a thread took "
+                            "it up", r.claim.id, r.claim.lease_token, extra=log_extra(r.claim))
                 continue
             self.stats["given_back"] += 1
             logger.debug("procedure %s: waited %.2fs for a thread; given back", r.claim.id, now - r.claimed_at)
