@@ -218,7 +218,7 @@ def free_port() -> int:
 def manage(url: str, *args: str) -> str:
     env = {"DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "testproject.settings", "PROCEDURES_JSON": "{}"}
     result = subprocess.run([sys.executable, str(MANAGE), *args], cwd=ROOT, env={**_base_env(), **env},
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 
