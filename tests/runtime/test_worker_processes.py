@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
@@ -86,6 +86,22 @@ def worker_sessions(worker, role: str) -> list[int]:
         cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name "
                        "LIKE %s", [f"{APPLICATION_NAME_PREFIX}/{role}%/{worker.worker_id}"])
         return [pid for (pid,) in cursor.fetchall()]
+
+
+def session_state(pid: int) -> str:
+    """The backend's state ('idle', 'idle in transaction', ...; '' once it is gone). Outside a transaction only:
+    ``pg_stat_activity`` is a snapshot within one."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", [pid])
+        row = cursor.fetchone()
+    return (row[0] or "") if row else ""
+
+
+def waits_for_a_lock(pid: int) -> bool:
+    """Whether the backend waits for a lock (read live from ``pg_locks``, also inside a transaction)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted", [pid])
+        return cursor.fetchone() is not None
 
 
 def stop(worker, timeout: float = WAIT) -> int:
@@ -177,6 +193,38 @@ def test_sigstop_until_lease_expires_fences_out_the_frozen_commit(workers, tmp_p
     assert leases(again.id) == [(a.worker_id, "completed", True)]
     assert open_leases() == 0
     assert stop(a) == 0
+
+
+def test_a_worker_frozen_during_its_lease_renewal_leaves_no_row_locked(workers, tmp_path):
+    """Found by the SIGSTOP test on a busy machine: a freeze between the renewal and its COMMIT kept the rows locked.
+
+    The test holds the procedure's row so that the worker's renewal waits for it, freezes the worker, and lets
+    the renewal run: it must commit without the frozen client, or the row stays locked (the sweep skips it)
+    until the idle-transaction timeout, here 10 minutes.
+    """
+    marker, flag = tmp_path / "m", tmp_path / "flag"
+    handle = ThreeSteps.submit({"marker": str(marker), "until": {"two": str(flag)}})
+    a = workers.start(lease_seconds=SHORT_LEASE, procedures={**FAST, "IDLE_IN_TRANSACTION_TIMEOUT_SECONDS": 600})
+    wait_marker(Path(f"{marker}.two"), a.pid, timeout=WAIT, workers=workers)
+    (heartbeat,) = wait_for(lambda: worker_sessions(a, "heartbeat"), timeout=WAIT, workers=workers,
+                            what="the worker's heartbeat connection")
+
+    with transaction.atomic():
+        ProcedureRun.objects.select_for_update().get(id=handle.id)
+        wait_for(lambda: waits_for_a_lock(heartbeat), timeout=WAIT, workers=workers,
+                 what="the lease renewal to wait for the row")
+        a.signal(signal.SIGSTOP)
+    # The renewal ran once the row was free: idle if it committed, idle in transaction if it waits for the
+    # frozen worker's COMMIT (holding the row).
+    state = wait_for(lambda: (s := session_state(heartbeat)) in ("idle", "idle in transaction") and s,
+                     timeout=WAIT, workers=workers, what="the lease renewal to run")
+    assert state == "idle", "the frozen worker's renewal holds the procedure's row in an open transaction"
+
+    flag.touch()
+    b = workers.start(lease_seconds=LEASE, procedures=FAST)
+    wait_status(handle.id, "done", timeout=WAIT, workers=workers)  # swept once its lease expired, resumed
+    assert leases(handle.id) == [(a.worker_id, "expired", True), (b.worker_id, "completed", True)]
+    assert stop(b) == 0
 
 
 # -- 3. SIGTERM --------------------------------------------------------------------------------------
