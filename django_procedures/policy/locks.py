@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -53,26 +54,80 @@ class Deadlock:
 
 
 def find_deadlocks(waits: Mapping[Hashable, Iterable[tuple[str, Hashable]]]) -> list[Deadlock]:
-    """Cycles in the wait-for graph between trees.
+    """Cycles in the wait-for graph between trees: one for each tangle of trees that wait for each other.
 
     ``waits[tree]`` lists ``(key, holder_tree)``: a procedure of ``tree``
-    waits for ``key``, which ``holder_tree`` holds. Each cycle is reported
-    once, starting from its smallest tree.
+    waits for ``key``, which ``holder_tree`` holds (or is ahead in its queue).
+    A tangle (trees that all reach each other: a strongly connected component)
+    may hold many cycles, exponentially many in the size of the graph; one is
+    reported, the shortest through its smallest tree, starting there. Breaking
+    it may undo the others, and a later call finds any left. The work is linear
+    in the size of the graph (a walk over every path of a long key queue, which
+    has no cycle, made a maintenance pass take minutes).
     """
     graph = {tree: sorted({(k, h) for k, h in edges if h != tree}, key=repr) for tree, edges in waits.items()}
-    found: dict[frozenset[Hashable], Deadlock] = {}
+    component = _components(graph)
+    tangles: dict[int, list[Hashable]] = {}
+    for tree, number in component.items():
+        tangles.setdefault(number, []).append(tree)
+    found = [_shortest_cycle(graph, component, min(trees, key=repr)) for trees in tangles.values() if len(trees) > 1]
+    return sorted(found, key=lambda deadlock: repr(deadlock.edges[0][0]))
 
-    def walk(path: list[tuple[Hashable, str, Hashable]], seen: list[Hashable]) -> None:
-        tree = seen[-1]
+
+def _components(graph: Mapping[Hashable, Iterable[tuple[str, Hashable]]]) -> dict[Hashable, int]:
+    """The strongly connected component of every tree in ``graph`` (Kosaraju's, without recursion)."""
+    finished: list[Hashable] = []
+    visited: set[Hashable] = set()
+    for root in graph:
+        if root in visited:
+            continue
+        visited.add(root)
+        stack = [(root, iter(graph.get(root, ())))]
+        while stack:
+            node, edges = stack[-1]
+            for _, holder in edges:
+                if holder not in visited:
+                    visited.add(holder)
+                    stack.append((holder, iter(graph.get(holder, ()))))
+                    break
+            else:
+                stack.pop()
+                finished.append(node)
+    reverse: dict[Hashable, list[Hashable]] = {}
+    for tree, edges in graph.items():
+        for _, holder in edges:
+            reverse.setdefault(holder, []).append(tree)
+    component: dict[Hashable, int] = {}
+    for number, root in enumerate(reversed(finished)):
+        if root in component:
+            continue
+        component[root] = number
+        todo = [root]
+        while todo:
+            for tree in reverse.get(todo.pop(), ()):
+                if tree not in component:
+                    component[tree] = number
+                    todo.append(tree)
+    return component
+
+
+def _shortest_cycle(graph: Mapping[Hashable, Iterable[tuple[str, Hashable]]], component: Mapping[Hashable, int],
+                    start: Hashable) -> Deadlock:
+    """The shortest cycle from ``start`` back to it (breadth first), within ``start``'s component."""
+    came_from: dict[Hashable, tuple[Hashable, str] | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        tree = queue.popleft()
         for key, holder in graph.get(tree, ()):
-            edge = (tree, key, holder)
-            if holder == seen[0]:
-                members = frozenset(seen)
-                if members not in found:
-                    found[members] = Deadlock(tuple([*path, edge]))
-            elif holder not in seen and repr(holder) > repr(seen[0]):
-                walk([*path, edge], [*seen, holder])
-
-    for start in sorted(graph, key=repr):
-        walk([], [start])
-    return list(found.values())
+            if component.get(holder) != component[start]:
+                continue
+            if holder == start:
+                edges = [(tree, key, start)]
+                while (step := came_from[tree]) is not None:
+                    edges.append((step[0], step[1], tree))
+                    tree = step[0]
+                return Deadlock(tuple(reversed(edges)))
+            if holder not in came_from:
+                came_from[holder] = (tree, key)
+                queue.append(holder)
+    raise AssertionError("a component of two or more trees has a cycle through each of them")  # pragma: no cover

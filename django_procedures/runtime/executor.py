@@ -112,7 +112,9 @@ def _execute(running: RunningClaim) -> Outcome:
             if running.activity.stopping.is_set():
                 transitions.release(claim)
                 return Outcome.RELEASED
-            if running.activity.lost_reason:
+            if running.activity.lost_reason:  # noticed before the (next) step: the INFO line all lost claims log
+                logger.info("procedure %s: stopped: %s", claim.id, running.activity.lost_reason,
+                            extra=log_extra(claim))
                 return Outcome.LOST
             outcome = _run_group(procedure, cls, spec, running)
             if outcome is not None:

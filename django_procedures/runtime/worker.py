@@ -290,7 +290,10 @@ class Worker:
         for r in stale_claims:
             try:
                 transitions.release(r.claim)
-            except LeaseLost:
+            except LeaseLost:  # cancelled or taken over while it waited: a claim that ended lost
+                self.stats["lost"] += 1
+                logger.info("procedure %s: stopped: lease token %s was taken over or cancelled before a thread took "
+                            "it up", r.claim.id, r.claim.lease_token, extra=log_extra(r.claim))
                 continue
             self.stats["given_back"] += 1
             logger.debug("procedure %s: waited %.2fs for a thread; given back", r.claim.id, now - r.claimed_at)

@@ -46,7 +46,10 @@ def renew(held: Iterable[tuple[UUID, int]], lease_seconds: float) -> set[tuple[U
     if not held:
         return set()
     if is_postgresql():
-        with transaction.atomic(), connection.cursor() as cursor:
+        # One statement, in autocommit: the server commits it as it ends. In a transaction of its own, a
+        # worker frozen (SIGSTOP, VM pause) before sending COMMIT kept its rows locked until the idle timeout,
+        # and the sweep, which skips locked rows, could not take its procedures back.
+        with connection.cursor() as cursor:
             cursor.execute(_PG_RENEW.format(run=ProcedureRun._meta.db_table), {
                 "lease": float(lease_seconds), "ids": [i for i, _ in held], "tokens": [t for _, t in held]})
             return {(row[0], row[1]) for row in cursor.fetchall()}

@@ -59,3 +59,34 @@ def test_longer_cycles_and_no_false_positives():
     assert find_deadlocks({"A": [("K", "A")]}) == []  # waiting on its own tree is not a deadlock
     two = find_deadlocks({"A": [("K", "B")], "B": [("L", "A")], "C": [("M", "D")], "D": [("N", "C")]})
     assert sorted(sorted(d.trees) for d in two) == [["A", "B"], ["C", "D"]]
+
+
+class Tree:
+    """A tree id that counts how often the search looks at it: the search's work must stay polynomial."""
+
+    looks = 0
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __repr__(self) -> str:
+        Tree.looks += 1
+        if Tree.looks > 200_000:
+            raise AssertionError("find_deadlocks is walking an exponential number of paths")
+        return f"t{self.n:03d}"
+
+
+def test_a_long_key_queue_is_searched_in_linear_time_and_one_cycle_per_tangle_is_reported():
+    """Found by the soak: ~100 trees queued for keys made every maintenance pass take a minute of CPU."""
+    trees = [Tree(n) for n in range(60)]
+    # Each tree waits for every tree after it (the waiters ahead of it in a key's queue): no cycle, but
+    # 2**59 paths from the first tree.
+    waits = {t: [("K", u) for u in trees[n + 1:]] for n, t in enumerate(trees)}
+    Tree.looks = 0
+    assert find_deadlocks(waits) == []
+    # The last tree waits for the first: every tree is in one tangle with exponentially many cycles. One is
+    # reported, the shortest through the smallest tree.
+    waits[trees[-1]] = [("L", trees[0])]
+    Tree.looks = 0
+    (deadlock,) = find_deadlocks(waits)
+    assert deadlock.edges == ((trees[0], "K", trees[-1]), (trees[-1], "L", trees[0]))
