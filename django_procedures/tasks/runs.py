@@ -12,7 +12,8 @@ import logging
 import threading
 from typing import Any, ClassVar
 
-from django_procedures.exceptions import NonRetryable, NotActive
+from django_procedures import registry
+from django_procedures.exceptions import NonRetryable, NotActive, UnknownProcedureType
 from django_procedures.policy.retry import RetryPolicy, is_permanent
 from django_procedures.procedure import Procedure, Status, step
 from django_procedures.runtime.context import Context
@@ -117,6 +118,13 @@ class TaskProcedure(Procedure):
         return Status.done(output=output)
 
 
+def _registered(cls: type[TaskProcedure]) -> bool:
+    try:
+        return registry.get(cls.type_name) is cls
+    except UnknownProcedureType:
+        return False
+
+
 def registered_task(module_path: str) -> Any:
     """The ``Task`` registered in this process for ``module_path``, or None."""
     cls = _classes.get(module_path)
@@ -132,7 +140,7 @@ def procedure_for(task: Any, default_retry: RetryPolicy | None) -> type[TaskProc
     """
     path = task.module_path
     cls = _classes.get(path)
-    if cls is not None:
+    if cls is not None and _registered(cls):
         return cls
     retry = getattr(task, "retry", None) or default_retry or RUN_ONCE
     atomic = bool(getattr(task, "atomic", False))
@@ -142,7 +150,7 @@ def procedure_for(task: Any, default_retry: RetryPolicy | None) -> type[TaskProc
 
     with _lock:
         cls = _classes.get(path)
-        if cls is None:
+        if cls is None or not _registered(cls):  # new, or forgotten by the registry (testing.isolated_registry)
             qualname = f"TaskProcedure[{path}]"
             cls = type(qualname, (TaskProcedure,), {
                 "__module__": __name__, "__qualname__": qualname, "type_name": type_name_of(path),
