@@ -8,12 +8,12 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection
 
 from django_procedures.models import KeyRequest, ProcedureRun
-from django_procedures.policy.locks import Request, blockers, find_deadlocks
+from django_procedures.policy.locks import Request, blockers, tree_deadlocks
 from django_procedures.store.db import bound_cursor, is_postgresql, text_array
 from django_procedures.store.notify import notify
 
@@ -185,37 +185,54 @@ def wake_stranded() -> int:
     return len(woken)
 
 
-def deadlocks() -> list[tuple[list[uuid.UUID], str]]:
-    """Cycles of trees waiting for each other's keys, each with the procedures to fail and a message.
+class FoundDeadlock(NamedTuple):
+    """A cycle of trees: its ``trees``, the ``youngest`` of them, its waiting procedures (the ``victims``)
+    and the ``message`` to fail them with."""
 
-    A waiting request waits for every request that blocks it (see
-    ``policy.locks.blockers``): holders, and older conflicting waiters ahead of
-    it in the key's queue. The victims are the waiting procedures of the
-    youngest tree in each cycle.
+    trees: frozenset[uuid.UUID]
+    youngest: uuid.UUID
+    victims: list[uuid.UUID]
+    message: str
+
+
+def deadlocks() -> list[FoundDeadlock]:
+    """Cycles of trees waiting for each other's keys, as of one moment.
+
+    Procedures wait for each other as ``policy.locks.waits_for`` says: a
+    waiter for whoever blocks it (holders, and older conflicting waiters ahead
+    of it in the key's queue), a holder for its descendants that wait. A cycle
+    of such waits spanning trees is a deadlock; a tree that waits behind a
+    holder that can finish is not in one. The victims are the waiting
+    procedures of the youngest tree in each cycle. Every request on the
+    contended keys is read with its procedure's parent in one statement:
+    reads spread over several statements see different moments, and a request
+    that appeared in between (a child's, claimed meanwhile) would be read
+    without the ancestor lending it the key, as if it waited behind
+    outsiders: a cycle that does not exist.
     """
-    waiting = list(KeyRequest.objects.filter(granted=False).values_list("name", "procedure_id"))
-    if not waiting:
+    rows = list(KeyRequest.objects.filter(name__in=KeyRequest.objects.filter(granted=False).values("name"))
+                .values_list("name", "procedure_id", "root_id", "mode", "granted", "requested_at", "id",
+                             "procedure__parent_id"))
+    if not rows:
         return []
-    requests = _requests({name for name, _ in waiting})
-    parents = dict(ProcedureRun.objects.filter(id__in={pid for _, pid in waiting}).values_list("id", "parent_id"))
-    waits: dict[uuid.UUID, set[tuple[str, uuid.UUID]]] = defaultdict(set)
+    requests = [Request(name, pid, root, mode, granted, (at, rid))
+                for name, pid, root, mode, granted, at, rid, _ in rows]
+    parents = {pid: parent for _, pid, _, _, _, _, _, parent in rows}
+    # parent ids never change, so reading the grandparents later agrees with the snapshot
+    lenders = {r.procedure: ancestors(r.procedure, parents[r.procedure]) for r in requests if not r.granted}
+    waiting = defaultdict(set)
     for request in requests:
-        if request.granted:
-            continue
-        lenders = ancestors(request.procedure, parents.get(request.procedure))
-        for blocker in blockers(requests, request, lenders):
-            if blocker.tree != request.tree:
-                waits[request.tree].add((request.key, blocker.tree))
+        if not request.granted:
+            waiting[request.tree].add(request.procedure)
     found = []
-    for cycle in find_deadlocks(waits):
+    for cycle in tree_deadlocks(requests, lenders):
         created = dict(ProcedureRun.objects.filter(id__in=cycle.trees).values_list("id", "created_at"))
         youngest = max(cycle.trees, key=lambda t: (created.get(t), str(t)))
         parts = [f"tree {waiter} waits for {key!r} behind tree {holder}" for waiter, key, holder in cycle.edges]
         message = f"lock key deadlock: {'; '.join(parts)}; failing the younger tree {youngest}"
-        victims = list(KeyRequest.objects.filter(granted=False, root_id=youngest).values_list(
-            "procedure_id", flat=True))
-        found.append((victims, message))
+        found.append(FoundDeadlock(frozenset(cycle.trees), youngest, sorted(waiting[youngest], key=str),
+                                   message))
     return found
 
 
-__all__ = ["ancestors", "deadlocks", "grant_due", "release", "wake_stranded"]
+__all__ = ["FoundDeadlock", "ancestors", "deadlocks", "grant_due", "release", "wake_stranded"]

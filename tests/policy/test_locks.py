@@ -1,6 +1,6 @@
 import pytest
 
-from django_procedures.policy.locks import Request, blockers, conflicts, find_deadlocks
+from django_procedures.policy.locks import Request, blockers, conflicts, find_deadlocks, tree_deadlocks
 
 
 def req(proc, mode="exclusive", granted=False, order=0, tree=None, key="k"):
@@ -59,3 +59,44 @@ def test_longer_cycles_and_no_false_positives():
     assert find_deadlocks({"A": [("K", "A")]}) == []  # waiting on its own tree is not a deadlock
     two = find_deadlocks({"A": [("K", "B")], "B": [("L", "A")], "C": [("M", "D")], "D": [("N", "C")]})
     assert sorted(sorted(d.trees) for d in two) == [["A", "B"], ["C", "D"]]
+
+
+def test_a_long_queue_behind_one_holder_has_no_cycle_and_needs_no_search():
+    # Each waiter waits for every other one ahead of it: 2**39 paths to walk without the component check.
+    waits = {f"w{i:02}": [("k", f"w{j:02}") for j in range(i + 1, 40)] for i in range(40)}
+    assert find_deadlocks(waits) == []
+
+
+def test_a_cycle_beside_a_long_queue_is_still_found():
+    waits = {f"w{i:02}": [("k", f"w{j:02}") for j in range(i + 1, 40)] for i in range(40)}
+    waits |= {"A": [("L", "B")], "B": [("K", "A"), ("k", "w00")]}
+    (deadlock,) = find_deadlocks(waits)
+    assert set(deadlock.trees) == {"A", "B"}
+
+
+def held(proc, tree, key, order=0):
+    return Request(key, proc, tree, "exclusive", True, (order,))
+
+
+def waits(proc, tree, key, order=9):
+    return Request(key, proc, tree, "exclusive", False, (order,))
+
+
+@pytest.mark.parametrize(("requests", "ancestors", "cycles"), [
+    # A's root holds K, its child waits for L; B's root holds L, its child waits for K: a deadlock
+    ([held("a", "A", "K"), waits("a1", "A", "L"), held("b", "B", "L"), waits("b1", "B", "K")],
+     {"a1": {"a"}, "b1": {"b"}}, [{"A", "B"}]),
+    # the same keys held by running leaves instead: each finishes without the other, no deadlock
+    ([held("a2", "A", "K"), waits("a1", "A", "L"), held("b2", "B", "L"), waits("b1", "B", "K")],
+     {"a1": {"a"}, "b1": {"b"}}, []),
+    # a key the root lends its child: the outsider queued before the child is not waited for
+    ([held("a", "A", "K", 1), waits("b", "B", "K", 2), waits("a1", "A", "K", 3)], {"a1": {"a"}, "b": set()}, []),
+    # a cycle through an older waiter ahead in the queue is a deadlock too (the oldest waiter goes first)
+    ([held("a", "A", "K"), waits("c", "C", "M", 1), held("b", "B", "L"), waits("b1", "B", "M", 2),
+      waits("c", "C", "K", 1), waits("a1", "A", "L")], {"a1": {"a"}, "b1": {"b"}, "c": set()}, [{"A", "B", "C"}]),
+    # waits inside one tree are not reported
+    ([held("p", "T", "K"), held("q", "T", "L"), waits("p1", "T", "L"), waits("q1", "T", "K")],
+     {"p1": {"p", "r"}, "q1": {"q", "r"}}, []),
+])
+def test_tree_deadlocks(requests, ancestors, cycles):
+    assert [set(d.trees) for d in tree_deadlocks(requests, ancestors)] == cycles
