@@ -155,11 +155,14 @@ def release(procedure_ids: Sequence[uuid.UUID]) -> None:
     _key_locks(names, wait=True)  # a claim deciding about these keys commits first, and its waiters are seen
     KeyRequest.objects.filter(procedure_id__in=procedure_ids).delete()
     ProcedureRun.objects.filter(id__in=procedure_ids).update(keys_held=False, waiting_for_keys=False)
-    waiting = ProcedureRun.objects.filter(
+    # A waiter's row locked by another transaction is being finalised (a cancel, a deadlock's victim), which
+    # then waits for these keys' advisory locks: waiting for its row here would deadlock with it. Only
+    # finalisers lock a waiter's row (claims pass waiters by), and the sweep's wake_stranded is the net.
+    woken = list(ProcedureRun.objects.filter(
         waiting_for_keys=True, id__in=KeyRequest.objects.filter(name__in=names, granted=False).values("procedure_id"))
-    queues = set(waiting.values_list("queue", flat=True))
-    waiting.update(waiting_for_keys=False)
-    notify(queues)
+        .select_for_update(skip_locked=True).values_list("id", "queue"))
+    ProcedureRun.objects.filter(id__in=[pid for pid, _ in woken]).update(waiting_for_keys=False)
+    notify({queue for _, queue in woken})
 
 
 def wake_stranded() -> int:
