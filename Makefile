@@ -1,8 +1,11 @@
 # django-procedures: the one entry point for setting up, the demo, the tests and CI.
 #
 #   make demo          set up .venv (Python 3.11), run the demo on a fresh SQLite database
-#   make test          set up .venv, run the suite on PostgreSQL, then on SQLite, then lint and
-#                      the migrations check
+#   make test          set up .venv, run the suite on PostgreSQL (with a coverage report), then on
+#                      SQLite, then lint and the migrations check
+#   make test-fast     the inner loop: SQLite, no PostgreSQL-only tests, worker processes, browser or soak
+#   make check-wheel   build the wheel, install it into a clean virtualenv, migrate and run a procedure
+#   make docs          build the documentation site into var/site (MkDocs, warnings are errors)
 #   make test-django6  the PostgreSQL leg and the migrations check on Django 6.1 (.venv-django6, Python 3.12)
 #   make lint          ruff
 #   make clean         remove virtualenvs, var/ and caches
@@ -11,7 +14,10 @@
 #   DATABASE_URL             PostgreSQL for the tests (default postgres://postgres@127.0.0.1:5432/procedures;
 #                            pytest-django creates and drops the test database, test_<name>)
 #   PROCEDURES_TEST_DB_NAME  name of that test database, so two runs on one server do not collide
-#   PYTEST_ARGS              extra pytest arguments, e.g. PYTEST_ARGS='-x -k lease'
+#   PYTEST_ARGS              extra pytest arguments, e.g. PYTEST_ARGS='-x -k lease'; tests run in random order
+#                            (pytest-randomly): '-p no:randomly' for file order, '--randomly-seed=N' to repeat
+#                            the order of a run that printed "Using --randomly-seed=N"
+#   COVERAGE                 pytest-cov arguments of the PostgreSQL leg (COVERAGE= turns coverage off)
 #   PYTHON, PYTHON_DJANGO6   interpreters for the two virtualenvs (found on PATH or through pyenv)
 
 SHELL := /bin/bash
@@ -33,18 +39,23 @@ DJANGO6_SPEC := django>=6.1,<6.2
 
 PG_URL := $(or $(DATABASE_URL),postgres://postgres@127.0.0.1:5432/procedures)
 SQLITE_TEST_URL := sqlite:///var/test.sqlite3
+FAST_TEST_URL := sqlite:///var/test-fast.sqlite3
 DEMO_URL := sqlite:///var/demo.sqlite3
 DJANGO6_TEST_DB := $(if $(PROCEDURES_TEST_DB_NAME),$(PROCEDURES_TEST_DB_NAME)_django6,test_procedures_django6)
 PYTEST_ARGS ?=
+COVERAGE ?= --cov=django_procedures --cov-report=term:skip-covered
+# The fast tier leaves out what starts processes or a browser (the soak and the benchmarks start processes too).
+FAST_ARGS := -m 'not subprocess and not browser'
 
 # Shows a database URL without its password.
 redact = $(shell printf '%s' '$(1)' | sed -E 's|(//[^:/@]*):[^@]*@|\1:***@|')
 banner = if [ -t 1 ]; then printf '\n\033[1m==> %s\033[0m\n' "$(1)"; else printf '\n==> %s\n' "$(1)"; fi
 
-.PHONY: help demo test test-postgres test-sqlite test-django6 lint check-migrations clean check-pg-url
+.PHONY: help demo test test-fast test-postgres test-sqlite test-django6 lint check-migrations check-wheel docs \
+	clean check-pg-url
 
 help:
-	@sed -n '2,16p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,21p' Makefile | sed 's/^# \{0,1\}//'
 
 # -- virtualenvs (rebuilt when pyproject.toml changes) ----------------------------------------
 
@@ -57,7 +68,7 @@ $(VENV)/.installed: pyproject.toml
 	@test -x $(VENV)/bin/python || { echo "creating $(VENV) with $(PYTHON)"; "$(PYTHON)" -m venv $(VENV); }
 	@echo "installing django-procedures and its dev dependencies into $(VENV)"
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(EDITABLE_QUIET) $(VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	$(EDITABLE_QUIET) $(VENV)/bin/python -m pip install --quiet -e . --group dev
 	@touch $@
 
 $(VENV6)/.installed: pyproject.toml
@@ -65,7 +76,7 @@ $(VENV6)/.installed: pyproject.toml
 	@test -x $(VENV6)/bin/python || { echo "creating $(VENV6) with $(PYTHON_DJANGO6)"; "$(PYTHON_DJANGO6)" -m venv $(VENV6); }
 	@echo "installing django-procedures, its dev dependencies and $(DJANGO6_SPEC) into $(VENV6)"
 	$(VENV6)/bin/python -m pip install --quiet --upgrade pip
-	$(EDITABLE_QUIET) $(VENV6)/bin/python -m pip install --quiet -e '.[dev]' 'django>=6.0'
+	$(EDITABLE_QUIET) $(VENV6)/bin/python -m pip install --quiet -e . --group dev 'django>=6.0'
 	@# django-celery-beat 2.9 (the latest) declares Django<6.1, so the resolver stops at 6.0: Django 6.1 goes
 	@# in over it, and the Celery glue's tests check that beat works on it all the same.
 	$(VENV6)/bin/python -m pip install --quiet --no-deps '$(DJANGO6_SPEC)'
@@ -93,7 +104,12 @@ check-pg-url:
 
 test-postgres: $(VENV)/.installed check-pg-url | var
 	@$(call banner,PostgreSQL leg: $(call redact,$(PG_URL)) · Django $$($(VENV)/bin/python -m django --version) · $$($(VENV)/bin/python -V))
-	DATABASE_URL='$(PG_URL)' $(VENV)/bin/python -m pytest --create-db $(PYTEST_ARGS)
+	DATABASE_URL='$(PG_URL)' $(VENV)/bin/python -m pytest --create-db $(COVERAGE) $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.installed | var
+	@$(call banner,fast tier on SQLite: no PostgreSQL-only tests, worker processes, browser or soak)
+	PROCEDURES_PROPERTY_EXAMPLES=25 DATABASE_URL=$(FAST_TEST_URL) $(VENV)/bin/python -m pytest $(FAST_ARGS) \
+		$(PYTEST_ARGS)
 
 test-sqlite: $(VENV)/.installed | var
 	@$(call banner,SQLite leg: $(SQLITE_TEST_URL) (PostgreSQL-only tests are skipped) · Django $$($(VENV)/bin/python -m django --version) · $$($(VENV)/bin/python -V))
@@ -112,6 +128,23 @@ test-django6: $(VENV6)/.installed check-pg-url | var
 	PROCEDURES_TEST_DB_NAME=$(DJANGO6_TEST_DB) DATABASE_URL='$(PG_URL)' $(VENV6)/bin/python -m pytest --create-db $(PYTEST_ARGS)
 	@$(call banner,migrations match the models (Django $$($(VENV6)/bin/python -m django --version)))
 	DATABASE_URL=$(SQLITE_TEST_URL) $(VENV6)/bin/python manage.py makemigrations --check --dry-run
+
+# -- the published package ---------------------------------------------------------------------
+
+WHEEL_VENV := var/wheel-venv
+
+check-wheel: $(VENV)/.installed | var
+	@$(call banner,build the wheel and the sdist; install the wheel into a clean virtualenv; migrate and run a procedure)
+	rm -rf var/dist $(WHEEL_VENV)
+	$(VENV)/bin/python -m build --outdir var/dist . >var/build.log 2>&1 || { cat var/build.log; exit 1; }
+	$(VENV)/bin/python .ci/check_dist.py var/dist
+	"$(PYTHON)" -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install --quiet "$$(ls var/dist/*.whl)[binary]"
+	cd var && ../$(WHEEL_VENV)/bin/python ../.ci/wheel_smoke.py
+
+docs: $(VENV)/.installed | var
+	@$(call banner,documentation site with warnings as errors: var/site)
+	$(VENV)/bin/mkdocs build --strict --quiet
 
 # -- housekeeping -----------------------------------------------------------------------------
 

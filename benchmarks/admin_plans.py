@@ -56,6 +56,9 @@ BASE = {
     "failure_can_retry": "false", "created_at": "now() - age", "started_at": "now() - age + interval '1 second'",
     "finished_at": "now() - age + interval '4 seconds'", "retried_at": "NULL", "retried_by": "''",
     "manual_retries": "0", "schedule_id": "NULL", "tick_at": "NULL",
+    # One procedure in ten reported progress (the list draws a bar for it).
+    "progress": "CASE WHEN g %% 10 = 0 THEN jsonb_build_object('done', g %% 100, 'total', 100, 'note', 'rows') END",
+    "progress_updated_at": "CASE WHEN g %% 10 = 0 THEN now() - age + interval '3 seconds' END",
 }
 FAILED = {
     "status": "(ARRAY['failed','failed','failed','failed','rolled_back','cancelled'])[1 + g %% 6]",
@@ -114,7 +117,7 @@ def seed_schedules() -> int:
 
     from django_procedures.models import Schedule
 
-    rows = Schedule.objects.bulk_create([
+    rows = Schedule._writer.bulk_create([
         Schedule(name=f"{TYPES[i % len(TYPES)][0].split('.')[0]}-sched-{i:02}", procedure=TYPES[i % len(TYPES)][0],
                  period=timedelta(minutes=1 + i % 30), enabled=i % 5 != 0, disabled_reason="" if i % 5 else "paused",
                  runs=1000 + i, failures=i % 7, skips=i % 3, last_drift_ms=i * 37)
@@ -285,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
             ("dashboard", f"{base}dashboard/"),
             ("schedules list", "/admin/django_procedures/schedule/"),
             ("schedule page (with its recent runs)", f"/admin/django_procedures/schedule/{schedule}/change/"),
+            ("workers list", "/admin/django_procedures/worker/"),
+            ("Prometheus gauges (django_procedures.contrib.prometheus)", "/procedures/metrics"),
         ]
         summary = []
         for title, url in pages:

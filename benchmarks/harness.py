@@ -286,14 +286,15 @@ class Workers:
         self.close()
 
     def start(self, count: int, *, concurrency: int, burst: bool, settings: dict[str, Any] | None = None,
-              label: str = "w") -> list[Worker]:
-        workers = [self._start_one(f"{label}{len(self.started) + 1}", concurrency, burst, settings)
+              label: str = "w", args: Sequence[str] = ()) -> list[Worker]:
+        workers = [self._start_one(f"{label}{len(self.started) + 1}", concurrency, burst, settings, args)
                    for _ in range(count)]
         if not self._sampler.is_alive():
             self._sampler.start()
         return workers
 
-    def _start_one(self, name: str, concurrency: int, burst: bool, settings: dict[str, Any] | None) -> Worker:
+    def _start_one(self, name: str, concurrency: int, burst: bool, settings: dict[str, Any] | None,
+                   args: Sequence[str] = ()) -> Worker:
         env = dict(os.environ)
         env.update({
             "DATABASE_URL": self.url,
@@ -306,6 +307,7 @@ class Workers:
                    "--concurrency", str(concurrency)]
         if burst:
             command.append("--burst")
+        command += list(args)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"worker-{name}-{int(time.time() * 1000)}.log"
         with open(log_path, "wb") as log:

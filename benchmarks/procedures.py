@@ -77,6 +77,55 @@ class TenSteps(Procedure):
         pass
 
 
+class TenStepsReporting(TenSteps):
+    """``TenSteps`` that reports progress once per step (the observability benchmark)."""
+
+    type_name = "bench.TenStepsReporting"
+
+    def _report(self, ctx):
+        ctx.progress(ctx.step_index + 1, 10, note=ctx.step_name)
+
+    @step
+    def s0(self, ctx):
+        self._report(ctx)
+
+    @step
+    def s1(self, ctx):
+        self._report(ctx)
+
+    @step
+    def s2(self, ctx):
+        self._report(ctx)
+
+    @step
+    def s3(self, ctx):
+        self._report(ctx)
+
+    @step
+    def s4(self, ctx):
+        self._report(ctx)
+
+    @step
+    def s5(self, ctx):
+        self._report(ctx)
+
+    @step
+    def s6(self, ctx):
+        self._report(ctx)
+
+    @step
+    def s7(self, ctx):
+        self._report(ctx)
+
+    @step
+    def s8(self, ctx):
+        self._report(ctx)
+
+    @step
+    def s9(self, ctx):
+        self._report(ctx)
+
+
 class TreeLeaf(Procedure):
     """A child that does nothing."""
 

@@ -427,6 +427,63 @@ def schedules(ctx: Context) -> list[Metric]:
     return [Metric("6 schedules", label, "s", seconds, "≤ 2", lambda v: v <= 2, digits=2)]
 
 
+# --------------------------------------------------------------------------- 8. observability
+
+
+def _drain_steps(ctx: Context, label: str, cls: Any, n: int, args: Sequence[str]) -> tuple[float, float]:
+    """``n`` ten-step procedures of ``cls`` drained by 2 burst workers started with ``args``.
+
+    Returns (steps/s from the first claim to the last finish, commits per step over the workers' life).
+    """
+    with ctx.databases.fresh(label) as db:
+        since = _now()
+        submit(cls, [{}] * n)
+        close_connection()
+        ctx.server.wait_disconnected(db)
+        before = ctx.server.xact_commit(db)
+        with ctx.workers(db) as pool:
+            started = pool.start(2, concurrency=ctx.threads, burst=True, args=args)
+            pool.wait_exit(started, ctx.sizes.timeout)
+        ctx.server.wait_disconnected(db)
+        commits = ctx.server.xact_commit(db) - before
+        count, first, last = finished_span(since)
+        if count != n:
+            raise BenchmarkError(f"expected {n} procedures, found {count}")
+    return n * 10 / (last - first), commits / (n * 10)
+
+
+def observability(ctx: Context) -> list[Metric]:
+    """Progress reports (one per step) and worker metrics on, against both off, on the same ten-step work."""
+    from benchmarks.procedures import TenSteps, TenStepsReporting
+
+    n, t = ctx.sizes.steps_procedures, ctx.threads
+    plain, observed, ratio, plain_commits, observed_commits = [], [], [], [], []
+    for run in range(ctx.runs):
+        # Alternate which goes first, so a warming cache or a busy neighbour does not favour one side.
+        order = [("off", TenSteps, ()), ("on", TenStepsReporting, ("--metrics-port", "0", "--metrics-host",
+                                                                   "127.0.0.1"))]
+        results = {}
+        for name, cls, args in (order if run % 2 == 0 else order[::-1]):
+            results[name] = _drain_steps(ctx, f"observability_{name}_{run}", cls, n, args)
+        plain.append(results["off"][0])
+        observed.append(results["on"][0])
+        ratio.append(results["on"][0] / results["off"][0])
+        plain_commits.append(results["off"][1])
+        observed_commits.append(results["on"][1])
+        ctx.progress(f"  observability run {run + 1}: off {plain[-1]:,.0f} steps/s, on {observed[-1]:,.0f} "
+                     f"steps/s ({ratio[-1]:.3f}); commits/step off {plain_commits[-1]:.3f}, on "
+                     f"{observed_commits[-1]:.3f}")
+    return [
+        Metric("8 observability", f"{n:,} procedures x 10 steps, 2 workers x {t} threads, progress and metrics off",
+               "steps/s", plain),
+        Metric("8 observability", "same, one ctx.progress() per step and --metrics-port on", "steps/s", observed),
+        Metric("8 observability", "throughput on / off", "ratio", ratio, "≥ 0.95", lambda v: v >= 0.95, digits=3),
+        Metric("8 observability", "commits per step, off (whole worker life)", "commits", plain_commits, digits=3),
+        Metric("8 observability", "commits per step, on", "commits",
+               observed_commits, digits=3),
+    ]
+
+
 BENCHMARKS: dict[str, Callable[[Context], list[Metric]]] = {
     "throughput": throughput,
     "steps": steps,
@@ -434,6 +491,7 @@ BENCHMARKS: dict[str, Callable[[Context], list[Metric]]] = {
     "backlog": backlog,
     "trees": trees,
     "schedules": schedules,
+    "observability": observability,
 }
 #: ``--only memory`` runs the throughput benchmark, whose workers it measures.
 ALIASES = {"memory": "throughput"}

@@ -9,18 +9,31 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+__version__ = "0.1.0"  # the one place the version is written: pyproject.toml reads it from here
+
 __all__ = [
+    "ChildResult",
+    "Context",
     "LockKey",
+    "NoOutput",
     "NonRetryable",
     "Procedure",
     "ProcedureHandle",
     "RetryPolicy",
+    "RunStatus",
     "Status",
+    "SubmitOptions",
+    "__version__",
+    "aget_handle",
     "declare_schedule",
+    "delete_schedule",
     "get_handle",
+    "pause_schedule",
     "register_schedule",
+    "resume_schedule",
     "step",
     "tick",
+    "trigger_schedule",
 ]
 
 _LAZY = {
@@ -32,18 +45,33 @@ _LAZY = {
     "NonRetryable": "django_procedures.exceptions",
     "ProcedureHandle": "django_procedures.handle",
     "get_handle": "django_procedures.handle",
+    "aget_handle": "django_procedures.handle",
+    "NoOutput": "django_procedures.exceptions",
+    "RunStatus": "django_procedures.policy.status",
+    "Context": "django_procedures.runtime.context",
+    "ChildResult": "django_procedures.store.tree",
+    "SubmitOptions": "django_procedures.submit_options",
+    "trigger_schedule": "django_procedures.scheduling",
+    "pause_schedule": "django_procedures.scheduling",
+    "resume_schedule": "django_procedures.scheduling",
+    "delete_schedule": "django_procedures.scheduling",
     "register_schedule": "django_procedures.store.schedules",
     "declare_schedule": "django_procedures.store.schedules",
     "tick": "django_procedures.store.ticks",
 }
 
 if TYPE_CHECKING:
-    from django_procedures.exceptions import NonRetryable
-    from django_procedures.handle import ProcedureHandle, get_handle
+    from django_procedures.exceptions import NonRetryable, NoOutput
+    from django_procedures.handle import ProcedureHandle, aget_handle, get_handle
     from django_procedures.policy.retry import RetryPolicy
+    from django_procedures.policy.status import RunStatus
     from django_procedures.procedure import LockKey, Procedure, Status, step
+    from django_procedures.runtime.context import Context
+    from django_procedures.scheduling import delete_schedule, pause_schedule, resume_schedule, trigger_schedule
     from django_procedures.store.schedules import declare_schedule, register_schedule
     from django_procedures.store.ticks import tick
+    from django_procedures.store.tree import ChildResult
+    from django_procedures.submit_options import SubmitOptions
 
 
 def __getattr__(name: str) -> Any:

@@ -76,6 +76,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         check_queue(conf.DEFAULT_QUEUE, "PROCEDURES['DEFAULT_QUEUE']")
     except (TypeError, ValueError) as error:
         errors.append(Error(str(error), hint='For example "default".', id="django_procedures.E012"))
+    token = conf.METRICS_TOKEN
+    if token is not None and (not isinstance(token, str) or not token.strip()):
+        errors.append(Error("PROCEDURES['METRICS_TOKEN'] must be a non-empty string or None; got "
+                            f"{type(token).__name__}",
+                            hint="Read it from the environment, e.g. os.environ.get('PROCEDURES_METRICS_TOKEN').",
+                            id="django_procedures.E013"))
+    cap = conf.METRICS_COUNT_CAP
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        errors.append(Error(f"PROCEDURES['METRICS_COUNT_CAP'] must be a positive integer; got {cap!r}",
+                            hint="The default is 100000.", id="django_procedures.E014"))
     try:
         parse_duration(conf.RETENTION)
     except ValueError as error:

@@ -51,6 +51,11 @@ DEFAULTS: dict[str, Any] = {
     "MAX_TRACEBACK_LENGTH": 20000,
     # State and output keys the admin masks at any depth (case-insensitive), besides each class's `redact`.
     "REDACT": [],
+    # Bearer token that lets a scraper read django_procedures.contrib.prometheus's view without a staff login;
+    # None: staff users only.
+    "METRICS_TOKEN": None,
+    # Most rows each count of that view reads (per status; and due rows for the oldest-due ages).
+    "METRICS_COUNT_CAP": 100_000,
 }
 
 

@@ -60,3 +60,7 @@ class ProceduresConfigError(ImproperlyConfigured):
 
 class ProceduresNotMigrated(ProceduresConfigError):
     """The database lacks django-procedures' tables: run ``manage.py migrate``."""
+
+
+class NoOutput(ProceduresError, ValueError):
+    """``ProcedureHandle.output`` of a procedure that is not ``done`` (still running, or failed)."""

@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
 
-from django_procedures.policy.status import FINAL
+from django_procedures.exceptions import NoOutput
+from django_procedures.policy.status import FINAL, RunStatus
+
+#: While listening, the row is re-read at least this often all the same (a notification is lost
+#: with a connection that broke without telling).
+RECHECK_SECONDS = 5.0
 
 
 class ProcedureHandle:
-    """Refers to one procedure by id; ``refresh()`` re-reads it from the database."""
+    """Refers to one procedure by id; ``refresh()`` re-reads it from the database.
 
-    def __init__(self, procedure_id: uuid.UUID | str) -> None:
+    ``created`` is True on the handle a submit returned for a procedure it
+    inserted, False when the idempotency key named an existing procedure (and
+    on handles from ``get_handle``).
+    """
+
+    def __init__(self, procedure_id: uuid.UUID | str, *, created: bool = False) -> None:
         self.id = procedure_id if isinstance(procedure_id, uuid.UUID) else uuid.UUID(str(procedure_id))
+        self.created = created
         self._row: Any = None
 
     def __repr__(self) -> str:
@@ -29,8 +41,15 @@ class ProcedureHandle:
     def refresh(self) -> ProcedureHandle:
         from django_procedures.models import ProcedureRun
 
-        self._row = ProcedureRun.objects.only("id", "type_name", "status", "output", "error").get(id=self.id)
+        self._row = ProcedureRun.objects.only("id", "type_name", "status", "output", "error", "progress",
+                                              "progress_updated_at").get(id=self.id)
         return self
+
+    async def arefresh(self) -> ProcedureHandle:
+        """``refresh()`` for async code."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.refresh)()
 
     @property
     def run(self) -> Any:
@@ -40,12 +59,31 @@ class ProcedureHandle:
         return self._row
 
     @property
-    def status(self) -> str:
-        return self.run.status
+    def status(self) -> RunStatus:
+        """The status as last read: a ``RunStatus``, which compares equal to its string (``"done"``)."""
+        return RunStatus(self.run.status)
+
+    @property
+    def is_finished(self) -> bool:
+        """Whether the status as last read is final: ``done``, ``failed``, ``rolled_back`` or ``cancelled``."""
+        return self.status in FINAL
 
     @property
     def output(self) -> Any:
-        return self.run.output
+        """What the procedure returned with ``Status.done(output)``.
+
+        Raises ``NoOutput`` (a ``ValueError``) unless the procedure is ``done``
+        as last read, so that "not finished" or "failed" is never mistaken for
+        an output of ``None``.
+        """
+        row = self.run
+        if row.status == RunStatus.DONE:
+            return row.output
+        if row.status in FINAL:
+            raise NoOutput(f"procedure {self.id} ended {row.status}, so it has no output; its error: "
+                           f"{row.error[:200] or '(none)'}")
+        raise NoOutput(f"procedure {self.id} has not finished yet (it is {row.status}); call wait() first, or "
+                       "refresh() to read it again")
 
     @property
     def error(self) -> str:
@@ -55,17 +93,80 @@ class ProcedureHandle:
     def type_name(self) -> str:
         return self.run.type_name
 
-    def wait(self, timeout: float | None = None, *, poll: float = 0.05) -> str:
-        """Block until the procedure is final and return its status; ``TimeoutError`` after ``timeout`` s."""
+    @property
+    def progress(self) -> dict[str, Any] | None:
+        """The last ``ctx.progress()`` written, as last read: ``{"done", "total", "note", "updated_at"}``, or None.
+
+        Call ``refresh()`` to read it again while the procedure runs.
+        """
+        row = self.run
+        if row.progress is None:
+            return None
+        return {"done": row.progress.get("done"), "total": row.progress.get("total"),
+                "note": row.progress.get("note", ""), "updated_at": row.progress_updated_at}
+
+    def wait(self, timeout: float | None = None, *, poll: float = 0.05) -> RunStatus:
+        """Block until the procedure is final and return its status; ``TimeoutError`` after ``timeout`` s.
+
+        On PostgreSQL (with ``LISTEN_NOTIFY`` on) it listens on a connection of
+        its own and is woken by the procedure's final transition; elsewhere it
+        polls, starting every ``poll`` seconds and backing off to every second.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
-        delay = poll
-        while True:
-            if self.refresh().status in FINAL:
-                return self.status
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"procedure {self.id} is still {self.status} after {timeout} seconds")
-            time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
-            delay = min(delay * 1.5, 1.0)
+        listener = _listener(self.id)
+        try:
+            delay = poll
+            while True:
+                if self.refresh().is_finished:
+                    return self.status
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"procedure {self.id} is still {self.status} after {timeout} seconds")
+                if listener is not None:
+                    try:
+                        for _ in listener.notifies(timeout=min(RECHECK_SECONDS, left or RECHECK_SECONDS),
+                                                   stop_after=1):
+                            pass
+                        continue
+                    except Exception:  # the connection broke: poll from here on
+                        _close(listener)
+                        listener = None
+                time.sleep(delay if left is None else max(0.0, min(delay, left)))
+                delay = min(delay * 1.5, 1.0)
+        finally:
+            _close(listener)
+
+    async def await_result(self, timeout: float | None = None, *, poll: float = 0.05) -> RunStatus:
+        """``wait()`` for async code: wait until the procedure is final and return its status.
+
+        Then read ``output`` or ``error`` (they hold what this wait read last).
+        Listens with an async connection on PostgreSQL, so it holds no thread
+        while it waits.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        listener = await _alistener(self.id)
+        try:
+            delay = poll
+            while True:
+                if (await self.arefresh()).is_finished:
+                    return self.status
+                left = None if deadline is None else deadline - loop.time()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"procedure {self.id} is still {self.status} after {timeout} seconds")
+                if listener is not None:
+                    try:
+                        async for _ in listener.notifies(timeout=min(RECHECK_SECONDS, left or RECHECK_SECONDS),
+                                                         stop_after=1):
+                            pass
+                        continue
+                    except Exception:  # the connection broke: poll from here on
+                        await _aclose(listener)
+                        listener = None
+                await asyncio.sleep(delay if left is None else max(0.0, min(delay, left)))
+                delay = min(delay * 1.5, 1.0)
+        finally:
+            await _aclose(listener)
 
     def cancel(self, *, by: str = "") -> Any:
         """Cancel this procedure and its unfinished subtree; returns a ``CancelResult`` saying what changed."""
@@ -94,3 +195,94 @@ def get_handle(procedure_id: uuid.UUID | str) -> ProcedureHandle:
     if not ProcedureRun.objects.filter(id=handle.id).exists():
         raise LookupError(f"no procedure has the id {procedure_id}")
     return handle
+
+
+async def aget_handle(procedure_id: uuid.UUID | str) -> ProcedureHandle:
+    """``get_handle()`` for async code."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(get_handle)(procedure_id)
+
+
+# -- listening for the final transition (PostgreSQL) ----------------------------------------------
+
+
+def _listen_params(procedure_id: uuid.UUID) -> tuple[dict[str, Any], str] | None:
+    """Connection parameters and the LISTEN statement, or None where waiting must poll."""
+    from django.db import connection
+
+    from django_procedures.conf import conf
+    from django_procedures.store.notify import finished_channel
+
+    if connection.vendor != "postgresql" or not conf.LISTEN_NOTIFY:
+        return None
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return params, f'LISTEN "{finished_channel(procedure_id)}"'
+
+
+def _listener(procedure_id: uuid.UUID) -> Any:
+    """A connection LISTENing for the procedure's final transition, or None (then the caller polls).
+
+    Opened before the first read of the status, so a transition committed in between is heard.
+    """
+    found = _listen_params(procedure_id)
+    if found is None:
+        return None
+    import psycopg
+
+    params, listen = found
+    try:
+        conn = psycopg.connect(**params, autocommit=True)
+    except psycopg.Error:
+        return None  # the waiting still works, by polling
+    try:
+        conn.execute(listen)
+    except psycopg.Error:
+        conn.close()
+        return None
+    from django_procedures.store.notify import mark_awaited
+
+    mark_awaited(procedure_id)
+    return conn
+
+
+async def _alistener(procedure_id: uuid.UUID) -> Any:
+    found = _listen_params(procedure_id)  # reads settings and parameters only: no query
+    if found is None:
+        return None
+    import psycopg
+
+    params, listen = found
+    try:
+        conn = await psycopg.AsyncConnection.connect(**params, autocommit=True)
+    except psycopg.Error:
+        return None
+    try:
+        await conn.execute(listen)
+    except psycopg.Error:
+        await conn.close()
+        return None
+    from asgiref.sync import sync_to_async
+
+    from django_procedures.store.notify import mark_awaited
+
+    await sync_to_async(mark_awaited)(procedure_id)
+    return conn
+
+
+def _close(conn: Any) -> None:
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:  # already broken
+            pass
+
+
+async def _aclose(conn: Any) -> None:
+    if conn is not None:
+        try:
+            await conn.close()
+        except Exception:  # already broken
+            pass

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from django_procedures.handle import ProcedureHandle
     from django_procedures.runtime.context import Context
     from django_procedures.store.tree import ChildResult
+    from django_procedures.submit_options import SubmitOptions
 
 _R = TypeVar("_R")
 
@@ -219,6 +220,56 @@ class Procedure:
     @classmethod
     def has_rollback(cls) -> bool:
         return cls.rollback is not Procedure.rollback
+
+    # -- submit options and async submits ----------------------------------------------------
+
+    @classmethod
+    def using(
+        cls,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_after: datetime | timedelta | float | None = None,
+        key: str | None = None,
+    ) -> SubmitOptions:
+        """This class with submit options: ``.submit(state)``, ``.submit_many(states)``, ``.child(state)``.
+
+        Mirrors ``Task.using()`` in ``django.tasks``; an option left ``None``
+        falls back to the class attribute (``queue``, ``priority``) or the default.
+        """
+        from django_procedures.submit_options import SubmitOptions
+
+        return SubmitOptions(procedure=cls, queue=queue, priority=priority, run_after=run_after, key=key)
+
+    @classmethod
+    async def asubmit(
+        cls,
+        state: Mapping[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_after: datetime | timedelta | float | None = None,
+        parent: Any = None,
+    ) -> ProcedureHandle:
+        """``submit()`` for async code (like ``Task.aenqueue``); outside a transaction it commits at once."""
+        return await cls.using(queue=queue, priority=priority, run_after=run_after, key=key).asubmit(
+            state, parent=parent)
+
+    @classmethod
+    async def asubmit_many(
+        cls,
+        states: Iterable[Mapping[str, Any] | None],
+        *,
+        keys: Iterable[str | None] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_after: datetime | timedelta | float | None = None,
+        parent: Any = None,
+    ) -> list[ProcedureHandle]:
+        """``submit_many()`` for async code."""
+        return await cls.using(queue=queue, priority=priority, run_after=run_after).asubmit_many(
+            states, keys=keys, parent=parent)
 
     # -- submitting --------------------------------------------------------------------------
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -51,3 +52,18 @@ def drain(queues: Sequence[str] | None = None, now: datetime | None = None) -> D
             outcomes[outcome.value] += 1
         next_due = claims.next_due(type_names=types, queues=queues)
     return DrainReport(claimed, {o.value: outcomes[o.value] for o in Outcome if outcomes[o.value]}, next_due)
+
+
+@contextmanager
+def isolated_registry() -> Iterator[None]:
+    """Forget, on exit, the procedure classes defined inside the block (a class defined in a test).
+
+    The classes registered before the block stay registered; a class the block
+    registered under an existing type name is replaced by the original again.
+    """
+    saved = dict(registry._types)
+    try:
+        yield
+    finally:
+        registry._types.clear()
+        registry._types.update(saved)

@@ -1,6 +1,7 @@
 import django
 import pytest
 from django.db import connection
+from django.test import override_settings
 
 
 def pytest_report_header(config):
@@ -21,3 +22,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "postgres" in item.keywords or "subprocess" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _procedure_registry():
+    """Forget the procedure classes a test defined, so tests can run in any order (pytest-randomly)."""
+    from django_procedures.testing import isolated_registry
+
+    with isolated_registry():
+        yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing():
+    """The admin tests create users: Django's default hasher spends most of a second on each password."""
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield

@@ -104,3 +104,19 @@ def test_the_default_queue_must_be_a_queue_workers_can_serve(queue):
     with override_settings(PROCEDURES={"DEFAULT_QUEUE": queue}):
         (error,) = check_settings()
     assert error.id == "django_procedures.E012" and "DEFAULT_QUEUE" in error.msg
+
+
+@pytest.mark.parametrize(("settings", "code"), [
+    ({"METRICS_TOKEN": ""}, "E013"), ({"METRICS_TOKEN": 1234}, "E013"), ({"METRICS_TOKEN": "   "}, "E013"),
+    ({"METRICS_COUNT_CAP": 0}, "E014"), ({"METRICS_COUNT_CAP": "100"}, "E014"), ({"METRICS_COUNT_CAP": True}, "E014"),
+])
+def test_metrics_settings(settings, code):
+    with override_settings(PROCEDURES=settings):
+        (error,) = check_settings()
+    assert error.id == f"django_procedures.{code}"
+    assert "1234" not in error.msg  # a token is never echoed
+
+
+def test_metrics_settings_accept_a_token_and_a_cap():
+    with override_settings(PROCEDURES={"METRICS_TOKEN": "s3cret", "METRICS_COUNT_CAP": 5}):
+        assert [e for e in check_settings() if e.level >= 40] == []

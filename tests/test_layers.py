@@ -1,6 +1,7 @@
 """Imports flow one way: policy -> models -> store -> runtime; nothing in the core imports Celery."""
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -50,3 +51,92 @@ def test_layers_import_downwards(layer, path):
                          ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_core_never_imports_celery(path):
     assert not {n for n in imports_of(path) if n.split(".")[0] in ("celery", "django_celery_beat")}
+
+
+@pytest.mark.parametrize("path", [p for p in PACKAGE.rglob("*.py") if "contrib" not in p.parts
+                                  and p.name != "metrics.py"], ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_core_never_imports_prometheus_client(path):
+    """Only runtime/metrics.py (loaded for --metrics-port) and contrib/prometheus import it."""
+    assert not {n for n in imports_of(path) if n.split(".")[0] == "prometheus_client"}
+
+
+def test_the_core_and_the_worker_command_import_without_prometheus_client():
+    import subprocess
+
+    code = (
+        "import sys, pkgutil, importlib; sys.modules['prometheus_client'] = None\n"
+        "import django; django.setup()\n"
+        "import django_procedures\n"
+        "skip = ('django_procedures.contrib', 'django_procedures.migrations')\n"
+        "for m in pkgutil.walk_packages(django_procedures.__path__, 'django_procedures.'):\n"
+        "    if not m.name.startswith(skip) and m.name != 'django_procedures.runtime.metrics':\n"
+        "        importlib.import_module(m.name)\n"
+        "from django_procedures.runtime import metrics\n"
+        "try:\n"
+        "    metrics.require_client()\n"
+        "except metrics.MetricsUnavailable as e:\n"
+        "    print(e)\n"
+    )
+    env = {**__import__("os").environ, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "pip install 'django-procedures[prometheus]'" in done.stdout
+
+
+# -- the writer rule: django_procedures.store is the only writer of the procedures models -------------
+
+MODELS = {"ProcedureRun", "Step", "Lease", "Schedule", "KeyRequest", "Worker"}
+WRITES = {"save", "update", "delete", "create", "get_or_create", "update_or_create", "bulk_create", "bulk_update",
+          "asave", "aupdate", "adelete", "acreate", "aget_or_create", "aupdate_or_create", "abulk_create",
+          "abulk_update"}
+STORE_DOORS = {"_writer", "write_instance", "_base_manager"}
+SQL_WRITE = re.compile(r"\b(INSERT\s+INTO|UPDATE\s+\S+\s+SET|DELETE\s+FROM|TRUNCATE\s+\w|MERGE\s+INTO)\b",
+                       re.IGNORECASE)
+
+
+def root_name(node: ast.AST) -> str | None:
+    """The name a chain such as ``ProcedureRun.objects.filter(...).update`` starts from."""
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def writes_outside_store(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        where = f"{path.name}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Attribute) and node.attr in STORE_DOORS:
+            found.append(f"{where} uses the store's private writer {node.attr}")
+        elif isinstance(node, ast.Name) and node.id in STORE_DOORS and isinstance(node.ctx, ast.Load):
+            found.append(f"{where} uses the store's private writer {node.id}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in WRITES
+              and root_name(node.func.value) in MODELS):
+            found.append(f"{where} writes {root_name(node.func.value)} with .{node.func.attr}()")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL_WRITE.search(node.value):
+            found.append(f"{where} holds a writing SQL statement")
+    return found
+
+
+OUTSIDE_STORE = [p for p in PACKAGE.rglob("*.py")
+                 if not {"store", "migrations"} & set(p.relative_to(PACKAGE).parts)
+                 and p.relative_to(PACKAGE).parts != ("models", "readonly.py")]
+
+
+@pytest.mark.parametrize("path", OUTSIDE_STORE, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_the_store_writes(path):
+    assert writes_outside_store(path) == []
+
+
+def test_the_writer_check_finds_writes(tmp_path):
+    """The check above sees each kind of write, so its passing means something."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "ProcedureRun.objects.filter(id=1).update(status='done')\n"
+        "Schedule.objects.all().delete()\n"
+        "Step.objects.bulk_create([])\n"
+        "ProcedureRun._writer.filter(id=1)\n"
+        "write_instance(run)\n"
+        "cursor.execute('UPDATE django_procedures_procedurerun SET status = %s', ['done'])\n"
+    )
+    assert len(writes_outside_store(sample)) == 6

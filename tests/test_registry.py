@@ -82,3 +82,21 @@ def test_non_idempotent_steps_cannot_be_atomic():
 
 def test_autodiscovery_found_the_test_apps_procedures():
     assert "testapp.ThreeSteps" in registry.type_names()
+
+
+def test_isolated_registry_forgets_the_classes_defined_inside_it():
+    from django_procedures.testing import isolated_registry
+
+    before = registry.type_names()
+    with isolated_registry():
+        class Temporary(Procedure):
+            type_name = "tests.Temporary"
+
+            @step
+            def only(self, ctx):
+                pass
+
+        assert registry.get("tests.Temporary") is Temporary
+    assert registry.type_names() == before
+    with pytest.raises(UnknownProcedureType):
+        registry.get("tests.Temporary")

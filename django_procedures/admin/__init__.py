@@ -7,9 +7,11 @@ from django.contrib import admin
 
 from django_procedures.admin.procedures import ProcedureRunAdmin
 from django_procedures.admin.schedules import ScheduleAdmin
-from django_procedures.models import ProcedureRun, Schedule
+from django_procedures.admin.workers import WorkerAdmin
+from django_procedures.models import ProcedureRun, Schedule, Worker
 
 admin.site.register(ProcedureRun, ProcedureRunAdmin)
 admin.site.register(Schedule, ScheduleAdmin)
+admin.site.register(Worker, WorkerAdmin)
 
-__all__ = ["ProcedureRunAdmin", "ScheduleAdmin"]
+__all__ = ["ProcedureRunAdmin", "ScheduleAdmin", "WorkerAdmin"]

@@ -1,8 +1,7 @@
-"""The operator's dashboard: the last 24 hours by status, failing types, queue lag, workers seen, schedules."""
+"""The operator's dashboard: the last 24 hours by status, failing types, queue lag, live workers, schedules."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -10,23 +9,14 @@ from django.db.models import Count, Max, Min, Q
 
 from django_procedures import registry
 from django_procedures.admin.why import duration
-from django_procedures.models import Lease, ProcedureRun, Schedule
-from django_procedures.policy.status import CLAIMABLE, RunStatus
+from django_procedures.models import ProcedureRun, Schedule, Worker
+from django_procedures.policy.status import CLAIMABLE, LEASED, RunStatus
+from django_procedures.policy.workers import WorkerState
 from django_procedures.store.claim import unknown_types
 
 WINDOW = timedelta(hours=24)
-#: A worker is "seen recently" if it claimed something within this many minutes, or holds a lease now.
-WORKER_MINUTES = 15
 FAILED = (RunStatus.FAILED, RunStatus.ROLLED_BACK)
 UNFINISHED = (RunStatus.READY, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.RETRYING, RunStatus.ROLLING_BACK)
-
-
-@dataclass(frozen=True)
-class WorkerSeen:
-    worker: str
-    claims: int
-    open_leases: int
-    last_claim: datetime | None
 
 
 def status_counts(since: datetime) -> list[tuple[str, int]]:
@@ -57,14 +47,26 @@ def queue_lag(now: datetime) -> list[dict[str, Any]]:
     return [{**row, "lag": duration((now - row["oldest"]).total_seconds())} for row in rows]
 
 
-def workers_seen(now: datetime, minutes: int = WORKER_MINUTES) -> list[WorkerSeen]:
-    """Workers that claimed a procedure in the last ``minutes`` minutes, or hold a lease now."""
-    since = now - timedelta(minutes=minutes)
-    rows = (Lease.objects.filter(Q(claimed_at__gte=since) | Q(released_at__isnull=True)).order_by()
-            .values("worker").annotate(claims=Count("id", filter=Q(claimed_at__gte=since)),
-                                       open=Count("id", filter=Q(released_at__isnull=True)),
-                                       last=Max("claimed_at")).order_by("-last"))
-    return [WorkerSeen(r["worker"], r["claims"], r["open"], r["last"]) for r in rows]
+def workers_panel(since: datetime) -> dict[str, Any]:
+    """Live workers (judged on the database clock) and what each holds now; gone ones seen since ``since``.
+
+    Leases held by an owner that is not a live worker (a worker gone without a
+    word, whose leases have not expired yet; ``drain()``; a worker from before
+    the registry) are listed apart, so an operator sees who they wait for.
+    """
+    unstopped = list(Worker.objects.filter(stopped_at__isnull=True, last_seen_at__gte=since).with_state()
+                     .order_by("worker_id", "id").only("id", "worker_id", "hostname", "pid", "queues", "concurrency",
+                                                       "started_at", "last_seen_at", "alive_until"))
+    alive = [w for w in unstopped if w.state == WorkerState.ALIVE]
+    held = dict(ProcedureRun.objects.filter(status__in=LEASED).order_by()
+                .values_list("lease_owner").annotate(n=Count("id")))
+    for w in alive:
+        w.running = held.pop(w.worker_id, 0)  # type: ignore[attr-defined]
+    return {
+        "alive": alive,
+        "gone": len(unstopped) - len(alive),
+        "other_holders": sorted(held.items()),
+    }
 
 
 def schedules_panel(limit: int = 10) -> dict[str, Any]:
@@ -99,8 +101,7 @@ def dashboard_context(now: datetime) -> dict[str, Any]:
         "queue_lag": lag,
         "oldest_due": oldest,
         "oldest_due_age": None if oldest is None else duration((now - oldest).total_seconds()),
-        "workers": workers_seen(now),
-        "worker_minutes": WORKER_MINUTES,
+        "workers": workers_panel(since),
         "unknown_types": unknown_types(registry.type_names()),
         "schedules": schedules_panel(),
     }

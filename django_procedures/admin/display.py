@@ -40,6 +40,32 @@ def attempts_made(status: str, attempt: int) -> int | None:
     return attempt if status in LEASED else max(attempt - 1, 0)
 
 
+def attempts_text(status: str, attempt: int, failures: int, lost: int, manual_retries: int) -> str:
+    """The attempts of the current step in words: ``"4 attempts: 1 failed since the manual retry, 3 before it"``.
+
+    A manual retry resets the failure budget (``failures``, ``lost``) but not
+    the attempt count, so the attempts made before it are told apart.
+    """
+    made = attempts_made(status, attempt)
+    if made is None:
+        return "—"
+    head = f"{made} attempt" + ("" if made == 1 else "s")
+    running = status in LEASED and made > 0
+    since = " since the last manual retry" if manual_retries else ""
+    parts = []
+    if failures:
+        parts.append(f"{failures} failed{since}")
+    if lost:
+        parts.append(f"{lost} lost with their worker{since}")
+    if running:
+        parts.append("1 running now")
+    earlier = made - failures - lost - (1 if running else 0)
+    if manual_retries and earlier > 0:
+        retries = "the manual retry" if manual_retries == 1 else f"{manual_retries} manual retries"
+        parts.append(f"{earlier} before {retries}")
+    return f"{head}: {', '.join(parts)}" if parts else head
+
+
 def age(moment: datetime | None, now: datetime) -> str:
     return "—" if moment is None else duration((now - moment).total_seconds())
 
@@ -48,7 +74,21 @@ def run_duration(started: datetime | None, finished: datetime | None, now: datet
     """How long it ran: start to finish, or start to now while unfinished; ``—`` if it never started."""
     if started is None:
         return "—"
-    return duration(((finished or now) - started).total_seconds())
+    return elapsed(((finished or now) - started).total_seconds())
+
+
+def elapsed(seconds: float) -> str:
+    """A run's or step's duration, precise where it is short: ``"340ms"``, ``"2.4s"``, then as :func:`duration`.
+
+    Most steps take less than a second; rounding them to ``"0s"`` told nothing.
+    Digits are cut, not rounded, so a value never reads as the next unit up.
+    """
+    seconds = max(0.0, seconds)
+    if seconds < 1:
+        return f"{int(seconds * 1000)}ms"
+    if seconds < 10:
+        return f"{int(seconds * 10) / 10:.1f}s"
+    return duration(seconds)
 
 
 def cadence(period: timedelta | None, cron: str, zone: str) -> str:

@@ -5,6 +5,8 @@ The step timeline never reads the ``Step`` rows' state checkpoints: only the red
 
 from __future__ import annotations
 
+import re
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -16,14 +18,17 @@ from django_procedures.admin.display import (
     FINAL,
     LEASED,
     attempts_made,
+    attempts_text,
     pretty_json,
     run_duration,
     step_label,
 )
+from django_procedures.admin.progress import children_bar, progress_bar
 from django_procedures.admin.reads import Node, Tree, lease_clock, load_tree, procedure_class, step_total
 from django_procedures.admin.redaction import redaction_for
 from django_procedures.admin.why import Reason, explain
 from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.policy.status import RunStatus
 from django_procedures.tasks.runs import TYPE_PREFIX, is_task_type
 
 STEP_LIMIT = 500
@@ -99,6 +104,27 @@ def timeline(run: ProcedureRun, now: datetime) -> tuple[list[TimelineRow], bool]
     return out, cut
 
 
+#: How the default ``on_child_failed`` words the parent's error (``ChildFailed`` through ``error_text``).
+_CHILD_FAILED = re.compile(r"^ChildFailed: child \S+ ([0-9a-f-]{36}) ended")
+
+
+def failed_child(run: ProcedureRun, node: Node) -> ProcedureRun | None:
+    """The child whose failure failed ``run`` (the default ``on_child_failed``), or None.
+
+    Such a parent's ``failed_step`` names the step it would have run next, which
+    never ran; the page says "child failed" and links the child instead.
+    """
+    match = _CHILD_FAILED.match(run.error or "")
+    if match is None or run.status not in (RunStatus.FAILED, RunStatus.ROLLED_BACK, RunStatus.ROLLING_BACK):
+        return None
+    try:
+        child_id = uuid.UUID(match.group(1))
+    except ValueError:
+        return None
+    child = next((c.row for c in node.children if c.row.id == child_id), None)
+    return child or ProcedureRun.objects.filter(id=child_id).only("id", "type_name", "status", "error").first()
+
+
 def page_context(run: ProcedureRun) -> dict[str, Any]:
     """Everything the procedure page shows about ``run`` (a fixed number of queries)."""
     now = timezone.now()
@@ -111,6 +137,8 @@ def page_context(run: ProcedureRun) -> dict[str, Any]:
     redaction = redaction_for(run.type_name)
     total, machine = step_total(run.type_name)
     node = tree.nodes[run.id]
+    children = [c for c in node.children if c.row.spawned_in == max(
+        (k.row.spawned_in for k in node.children), default=0)]  # of the latest suspension
     return {
         "run": run,
         "ancestors": tree.ancestors,
@@ -121,6 +149,7 @@ def page_context(run: ProcedureRun) -> dict[str, Any]:
         "step_text": step_label(run.step, run.step_name, total, machine=machine,
                                 in_rollback=run.in_rollback and run.status not in FINAL),
         "attempts": attempts_made(run.status, run.attempt),
+        "attempts_text": attempts_text(run.status, run.attempt, run.failures, run.lost, run.manual_retries),
         "type_known": procedure_class(run.type_name) is not None,
         "steps": steps,
         "steps_cut": steps_cut,
@@ -132,6 +161,10 @@ def page_context(run: ProcedureRun) -> dict[str, Any]:
         "output_json": None if run.output is None else pretty_json(redaction.apply(run.output)),
         "lock_keys": [(name, mode) for name, mode in (run.lock_keys or [])],
         "duration": run_duration(run.started_at, run.finished_at, now),
+        "failed_child": failed_child(run, node),
+        "progress_bar": progress_bar(run.progress),
+        "progress_at": run.progress_updated_at,
+        "children_bar": children_bar(sum(c.row.status == RunStatus.DONE for c in children), len(children)),
         # A task of Django's Tasks framework: its function; the state holds its arguments, the output its return value.
         "task_function": run.type_name.removeprefix(TYPE_PREFIX) if is_task_type(run.type_name) else None,
         "now": now,

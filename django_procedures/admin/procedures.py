@@ -17,7 +17,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from django_procedures import registry
-from django_procedures.admin import display
+from django_procedures.admin import display, progress
 from django_procedures.admin.bulk import BulkConfirmations
 from django_procedures.admin.changelist import EstimatedCountPaginator, ProcedureChangeList, QueryStringGuard
 from django_procedures.admin.confirm import CANCEL, RETRY
@@ -36,8 +36,9 @@ TEMPLATES = "admin/django_procedures/procedurerun"
 class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.ModelAdmin):
     """Operators read procedures here and retry or cancel them; nobody edits a procedure's columns."""
 
-    list_display = ("short_id", "status_badge", "type_name", "queue", "current_step", "attempts", "age",
-                    "duration", "last_error")
+    # The last error right after where it happened: on a narrow screen the numbers at the end scroll, not it.
+    list_display = ("short_id", "status_badge", "type_name", "queue", "current_step", "last_error", "progress_bar",
+                    "attempts", "age", "duration")
     list_display_links = ("short_id",)
     list_filter = LIST_FILTER
     search_fields = ("key",)  # shows the search box; get_search_results decides what a term matches
@@ -120,6 +121,10 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
         total, machine = step_total(run.type_name)
         return display.step_label(run.step, run.step_name, total, machine=machine,
                                   in_rollback=run.in_rollback and run.status not in FINAL)
+
+    @admin.display(description=_("progress"))
+    def progress_bar(self, run: ProcedureRun) -> str:
+        return progress.list_cell(run)
 
     @admin.display(description=_("attempts"))
     def attempts(self, run: ProcedureRun) -> str:

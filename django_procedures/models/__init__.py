@@ -3,5 +3,7 @@ from django_procedures.models.lock import KeyRequest
 from django_procedures.models.procedure_run import ProcedureRun, ProcedureRunQuerySet
 from django_procedures.models.schedule import Schedule
 from django_procedures.models.step import Step
+from django_procedures.models.worker import Worker, WorkerQuerySet
 
-__all__ = ["KeyRequest", "Lease", "ProcedureRun", "ProcedureRunQuerySet", "Schedule", "Step"]
+__all__ = ["KeyRequest", "Lease", "ProcedureRun", "ProcedureRunQuerySet", "Schedule", "Step", "Worker",
+           "WorkerQuerySet"]

@@ -5,10 +5,11 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from django_procedures.models.readonly import ReadOnlyQuerySet, StoreWritten, WriterQuerySet
 from django_procedures.policy.status import LeaseOutcome
 
 
-class Lease(models.Model):
+class Lease(StoreWritten):
     """A claim ``(procedure, token)`` by ``worker``; ``outcome`` says how it ended."""
 
     # Indexed by the (procedure, token) constraint.
@@ -21,6 +22,9 @@ class Lease(models.Model):
     released_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=10, blank=True, choices=[(o.value, o.value) for o in LeaseOutcome])
 
+    objects = ReadOnlyQuerySet.as_manager()
+    _writer = WriterQuerySet.as_manager()  # the store's door; see models/readonly.py
+
     class Meta:
         ordering = ["procedure", "token"]
         constraints = [
@@ -29,7 +33,7 @@ class Lease(models.Model):
         indexes = [
             models.Index(fields=["claimed_at"], condition=Q(released_at__isnull=True),
                          name="procedures_open_lease_idx"),
-            # The admin's "workers seen recently": claims of the last minutes.
+            # Lease history by claim time (the admin's reads of recent claims).
             models.Index(fields=["claimed_at"], name="procedures_lease_claimed_idx"),
         ]
 

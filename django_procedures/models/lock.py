@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from django.db import models
 
+from django_procedures.models.readonly import ReadOnlyQuerySet, StoreWritten, WriterQuerySet
 
-class KeyRequest(models.Model):
+
+class KeyRequest(StoreWritten):
     """One lock key a procedure holds (``granted``) or waits for, with its place in the queue."""
 
     name = models.CharField(max_length=255)
@@ -15,6 +17,9 @@ class KeyRequest(models.Model):
     mode = models.CharField(max_length=10, choices=[("exclusive", "exclusive"), ("shared", "shared")])
     granted = models.BooleanField(default=False)
     requested_at = models.DateTimeField()
+
+    objects = ReadOnlyQuerySet.as_manager()
+    _writer = WriterQuerySet.as_manager()  # the store's door; see models/readonly.py
 
     class Meta:
         ordering = ["name", "requested_at", "id"]

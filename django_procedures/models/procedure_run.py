@@ -10,35 +10,37 @@ from django.db import models
 from django.db.models import Q
 from model_utils.fields import AutoCreatedField
 
+from django_procedures.models.readonly import ReadOnlyQuerySet, StoreWritten, WriterQuerySet
 from django_procedures.policy.state import StateEncoder
 from django_procedures.policy.status import CLAIMABLE, FINAL, LEASED, RunStatus
 
 STATUS_CHOICES = [(s.value, s.value.replace("_", " ")) for s in RunStatus]
 
 
-class ProcedureRunQuerySet(models.QuerySet["ProcedureRun"]):
-    def claimable(self, now: datetime) -> ProcedureRunQuerySet:
+class _RunQueries:
+    """The named selections of runs, for readers (``objects``) and the store (``_writer``) alike."""
+
+    def claimable(self, now: datetime) -> Any:
         """Rows a claim may pick at ``now``, in claim order (matches ``procedures_claim_idx``)."""
-        return self.filter(status__in=CLAIMABLE, run_at__lte=now).order_by("-priority", "run_at")
+        return self.filter(status__in=CLAIMABLE, run_at__lte=now).order_by("-priority", "run_at")  # type: ignore[attr-defined]
 
-    def pending(self) -> ProcedureRunQuerySet:
+    def pending(self) -> Any:
         """Ready or retrying, due or not."""
-        return self.filter(status__in=CLAIMABLE)
+        return self.filter(status__in=CLAIMABLE)  # type: ignore[attr-defined]
 
-    def leased(self) -> ProcedureRunQuerySet:
-        return self.filter(status__in=LEASED)
-
-    def unfinished(self) -> ProcedureRunQuerySet:
-        return self.exclude(status__in=FINAL)
-
-    def finished(self) -> ProcedureRunQuerySet:
-        return self.filter(status__in=FINAL)
-
-    def failed(self) -> ProcedureRunQuerySet:
-        return self.filter(status=RunStatus.FAILED)
+    def unfinished(self) -> Any:
+        return self.exclude(status__in=FINAL)  # type: ignore[attr-defined]
 
 
-class ProcedureRun(models.Model):
+class ProcedureRunQuerySet(_RunQueries, ReadOnlyQuerySet):
+    """What ``ProcedureRun.objects`` returns: reads only (see :mod:`django_procedures.models.readonly`)."""
+
+
+class _WritableRunQuerySet(_RunQueries, WriterQuerySet):
+    pass
+
+
+class ProcedureRun(StoreWritten):
     """A procedure: its type, state, position, lease and outcome."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -106,9 +108,17 @@ class ProcedureRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     retried_at = models.DateTimeField(null=True, blank=True)
     retried_by = models.CharField(max_length=255, blank=True)
+    # Set by a handle.wait() that listens: only then does the final transition NOTIFY (migration 0005).
+    awaited = models.BooleanField(default=False)
     manual_retries = models.PositiveIntegerField(default=0)
 
+    # ctx.progress(): {"done", "total", "note"} as last written (outside the step's transaction, fenced,
+    # throttled), and when, on the recorded clock.
+    progress = models.JSONField(null=True, blank=True)
+    progress_updated_at = models.DateTimeField(null=True, blank=True)
+
     objects = ProcedureRunQuerySet.as_manager()
+    _writer = _WritableRunQuerySet.as_manager()  # the store's door; see models/readonly.py
 
     class Meta:
         verbose_name = "procedure"
@@ -156,7 +166,3 @@ class ProcedureRun(models.Model):
     @property
     def is_final(self) -> bool:
         return self.status in FINAL
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"id": str(self.id), "type_name": self.type_name, "status": self.status,
-                "output": self.output, "error": self.error}

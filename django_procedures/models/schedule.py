@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from django_procedures import clock
+from django_procedures.models.readonly import ReadOnlyQuerySet, StoreWritten, WriterQuerySet
 from django_procedures.policy.cron import CronError, CronExpression
 from django_procedures.policy.schedule import Cadence, Missed, Mode, ScheduleSettings, every
 from django_procedures.policy.schedule_args import MAX_CONCURRENCY, duration_problem
@@ -25,7 +25,7 @@ MODE_CHOICES = [(m.value, m.value.replace("_", " ")) for m in Mode]
 MISSED_CHOICES = [(m.value, m.value.replace("_", " ")) for m in Missed]
 
 
-class Schedule(models.Model):
+class Schedule(StoreWritten):
     """A named cadence for one procedure type; its pending ticks and metrics change only under its row lock."""
 
     name = models.CharField(max_length=200, unique=True)
@@ -65,6 +65,9 @@ class Schedule(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects = ReadOnlyQuerySet.as_manager()
+    _writer = WriterQuerySet.as_manager()  # the store's door; see models/readonly.py
+
     class Meta:
         ordering = ["name"]
         constraints = [
@@ -89,16 +92,6 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        # A new enabled schedule without a first tick (made in the admin, a fixture, the shell) gets the one
-        # register_schedule would give it; otherwise no pass would ever find it due.
-        if self._state.adding and self.enabled and self.next_tick_at is None and (self.period or self.cron):
-            try:
-                self.next_tick_at = self.first_tick(clock.now())
-            except CADENCE_ERRORS:  # a definition clean() refuses (a bad cron, zone or duration) says why there
-                pass
-        super().save(*args, **kwargs)
 
     # -- the cadence ---------------------------------------------------------------------------
 

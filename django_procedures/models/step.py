@@ -5,11 +5,12 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from django_procedures.models.readonly import ReadOnlyQuerySet, StoreWritten, WriterQuerySet
 from django_procedures.policy.state import StateEncoder
 from django_procedures.policy.status import StepStatus
 
 
-class Step(models.Model):
+class Step(StoreWritten):
     """A step attempt that ended ``done`` (with its checkpoint), ``failed`` or ``lost``."""
 
     # Indexed by procedures_step_order_idx, which starts with it.
@@ -25,6 +26,9 @@ class Step(models.Model):
     error = models.TextField(blank=True)
     # The state this attempt committed (done steps only).
     state = models.JSONField(null=True, blank=True, encoder=StateEncoder)
+
+    objects = ReadOnlyQuerySet.as_manager()
+    _writer = WriterQuerySet.as_manager()  # the store's door; see models/readonly.py
 
     class Meta:
         ordering = ["procedure", "index", "attempt"]

@@ -53,6 +53,8 @@ class Context:
     lease_token: int
     activity: Activity = field(repr=False)
     children: tuple[ChildResult, ...] = ()
+    #: Where ``progress()`` reports go (a ``runtime.progress.ProgressRecorder``); None: nowhere.
+    progress_recorder: Any = field(default=None, repr=False)
     logger: logging.LoggerAdapter[logging.Logger] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -67,6 +69,18 @@ class Context:
         from django_procedures.store.schedules import stop_from_run
 
         stop_from_run(self.procedure_id, self.lease_token, reason)
+
+    def progress(self, done: float, total: float | None = None, note: str = "") -> None:
+        """Report how far this step has got: ``done`` of ``total`` units (None: unknown), with a short note.
+
+        Written outside the step's transaction (visible while an atomic step
+        still runs) at most once a second per procedure; a report held back
+        by that limit is written by the next one or when the step ends. Bad
+        input never fails the step: it is clamped or ignored, with a warning
+        (see ``policy.progress.normalise``). A lost lease drops the report.
+        """
+        if self.progress_recorder is not None and self.activity.lost_reason is None:
+            self.progress_recorder.report(done, total, note, self.logger)
 
     def ensure_active(self) -> None:
         """Raise ``NotActive`` if this run must stop: lease lost or not renewed in time, or shutdown."""

@@ -14,7 +14,7 @@ from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
 from django_procedures.policy.retry import FailDecision, RetryDecision, decide_failure, is_poisonous
 from django_procedures.policy.state import find_problem
 from django_procedures.procedure import Procedure, Status, StepSpec
-from django_procedures.runtime import hooks, reconnect
+from django_procedures.runtime import hooks, observe, reconnect
 from django_procedures.runtime.context import Context
 from django_procedures.runtime.running import (
     Outcome,
@@ -118,6 +118,7 @@ def _execute(running: RunningClaim) -> Outcome:
             if outcome is not None:
                 return outcome
     except LeaseLost:
+        observe.fenced_write(claim.type_name)
         logger.info("procedure %s: lease token %s was lost; dropping this worker's result", claim.id,
                     claim.lease_token, extra=log_extra(claim))
         return Outcome.LOST
@@ -203,7 +204,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
     while True:
         ctx = Context(procedure_id=claim.id, type_name=claim.type_name, attempt=attempt, step_index=index,
                       step_name=spec.name, lease_token=claim.lease_token, activity=activity,
-                      children=running.children)
+                      children=running.children, progress_recorder=running.progress)
         started, t0 = clock.now(), time.monotonic()
         running.current, running.step_index, running.step_attempt = spec, index, attempt
         running.step_started_at = started
@@ -228,21 +229,27 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             raise _StepFailed(record, error, trace_text()) from error
         finally:
             running.in_step, running.deadline = False, None
+            running.progress.step_ended()
         record = fence.StepRecord(index, spec.name, attempt, started, clock.now())
         records.append(record)
         following = None if status.kind == "done" else _next_step(cls, spec)
         if problem:
             raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
         if status.kind == "suspended" and status.children:
+            running.progress.before_final_write()
             reconnect.record(running, safe, partial(_suspend, procedure, claim, records, following, status, record))
+            observe.steps_committed(claim.type_name, records)
             return Outcome.SUSPENDED
         if following is None:
+            running.progress.before_final_write()
             reconnect.record(running, safe, partial(fence.complete, claim, records, procedure.state, status.output))
+            observe.steps_committed(claim.type_name, records)
             return Outcome.COMPLETED
         if status.kind == "executing" and not status.persist and spec.idempotent and following.idempotent:
             index, spec = index + 1, following  # the group is one try: its steps share its attempt number
             continue
         reconnect.record(running, safe, partial(fence.checkpoint, claim, records, procedure.state, following.name))
+        observe.steps_committed(claim.type_name, records)
         return None
 
 
@@ -284,14 +291,18 @@ def _normalise(result: Any, cls: type[Procedure]) -> Status:
 def _record_failure(procedure: Procedure, cls: type[Procedure], running: RunningClaim,
                     failed: _StepFailed) -> Outcome:
     claim, error = running.claim, failed.error
+    running.progress.before_failure()
     retryable = not isinstance(error, (NonRetryable, *cls.retry.non_retryable))
     manual_retry = manual_retry_of(error)
     decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=retryable,
                               manual_retry=manual_retry)
     if not isinstance(decision, RetryDecision):
-        return hooks.fail_now(procedure, cls, running, error_text(error), failed.trace, record=failed.record,
-                              manual_retry=manual_retry)
+        outcome = hooks.fail_now(procedure, cls, running, error_text(error), failed.trace, record=failed.record,
+                                 manual_retry=manual_retry)
+        observe.step_failed(claim.type_name, failed.record)
+        return outcome
     fence.fail_attempt(claim, failed.record, error_text(error), failed.trace, decision)
+    observe.step_failed(claim.type_name, failed.record)
     logger.warning("procedure %s step %s attempt %s failed (retrying): %s", claim.id, failed.record.name,
                    failed.record.attempt, error_text(error), extra=log_extra(claim))
     return Outcome.RETRIED
@@ -319,6 +330,7 @@ def fail_overdue(running: RunningClaim) -> bool:
                            hand_off=True, at_step=running.group_step)
     except LeaseLost:
         return False
+    observe.step_failed(claim.type_name, record)
     return True
 
 

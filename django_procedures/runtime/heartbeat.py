@@ -41,11 +41,15 @@ class Heartbeat(threading.Thread):
         self.stop_event = threading.Event()
         self.last_success = time.monotonic()
         self._failing = False
+        #: Called after each beat on this thread's connection (the worker registry's renewal); must not raise.
+        self.also: list[Callable[[], None]] = []
 
     def run(self) -> None:
         try:
             while not self.stop_event.wait(self.interval if self._healthy() else min(1.0, self.interval)):
                 self.beat()
+                for chore in self.also:
+                    chore()
         finally:
             connection.close()
 

@@ -14,6 +14,7 @@ from typing import Any
 from django_procedures.policy.text import describe
 from django_procedures.procedure import StepSpec
 from django_procedures.runtime.context import Activity
+from django_procedures.runtime.progress import ProgressRecorder
 from django_procedures.store import fence
 from django_procedures.store.claim import Claim
 from django_procedures.store.tree import ChildResult
@@ -54,6 +55,12 @@ class RunningClaim:
     given_back: bool = False
     #: The executor thread that took it up (None while prefetched); see ``runtime.crew``.
     owner: threading.Thread | None = None
+    #: Its steps' ``ctx.progress()`` reports; a worker on PostgreSQL writes them on a side connection.
+    progress: ProgressRecorder = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.progress is None:
+            self.progress = ProgressRecorder(self.claim)
 
 
 def log_extra(claim: Claim) -> dict[str, Any]:

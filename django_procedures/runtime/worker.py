@@ -23,6 +23,8 @@ from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost, ProceduresNotMigrated
 from django_procedures.policy.prefetch import GIVE_BACK_SECONDS, Prefetch, stale, to_claim
 from django_procedures.policy.retry import FailDecision
+from django_procedures.policy.workers import StopReason, stop_reason
+from django_procedures.runtime import observe
 from django_procedures.runtime.connections import (
     APPLICATION_NAME_PREFIX,
     application_name,
@@ -33,7 +35,9 @@ from django_procedures.runtime.crew import Crew
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute, record_crash
 from django_procedures.runtime.heartbeat import Heartbeat
 from django_procedures.runtime.outage import watch
-from django_procedures.runtime.running import log_extra, trace_text
+from django_procedures.runtime.progress import ProgressRecorder, close_side_connection
+from django_procedures.runtime.registry_of_workers import WorkerRow
+from django_procedures.runtime.running import error_text, log_extra, trace_text
 from django_procedures.runtime.shutdown import graceful_signals
 from django_procedures.runtime.wakeup import Waker
 from django_procedures.store import fence
@@ -85,12 +89,18 @@ class Worker:
         self.waker = Waker(listen=connection.vendor == "postgresql" and bool(conf.LISTEN_NOTIFY),
                            queues=options.queues, poll_seconds=float(conf.POLL_SECONDS),
                            application_name=application_name(self.id, "listen"))
+        self.row = WorkerRow(worker_id=self.id, queues=options.queues, concurrency=options.concurrency,
+                             lease_seconds=options.lease_seconds)
+        self._stop_reason: str | None = None  # the first reason given to stop(), or "burst"
         self.crew = Crew(options.concurrency, self._executor_loop)
         self.heartbeat = self._heartbeat()
 
     def _heartbeat(self) -> Heartbeat:
-        return Heartbeat(self._in_flight, lease_seconds=self.options.lease_seconds,
-                         renewal_timeout=min(conf.renewal_timeout, self.options.lease_seconds * 2 / 3))
+        """A heartbeat (again, should the last one die) that also renews the worker's row and writes progress."""
+        heartbeat = Heartbeat(self._in_flight, lease_seconds=self.options.lease_seconds,
+                              renewal_timeout=min(conf.renewal_timeout, self.options.lease_seconds * 2 / 3))
+        heartbeat.also += [self.row.renew, self._flush_progress]
+        return heartbeat
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -108,14 +118,20 @@ class Worker:
         created = sync_declared()
         if created:
             logger.info("worker %s: created schedules declared in code: %s", self.id, ", ".join(created))
+        self.row.register()
         self.crew.start()
         self.heartbeat.start()
+        error = ""
         try:
             with graceful_signals(self.stop):
                 self._main_loop()
                 self._shut_down()
+        except BaseException as raised:
+            error = error_text(raised)
+            raise
         finally:
             self.heartbeat.stop()
+            self.row.stop(StopReason.ERROR if error else stop_reason(self._stop_reason or ""), error)
             self.waker.close()
             connection_created.disconnect(dispatch_uid=f"procedures-worker-{self.id}")
             connection_created.disconnect(dispatch_uid=f"procedures-worker-name-{self.id}")
@@ -125,11 +141,22 @@ class Worker:
     def stop(self, reason: str = "stop requested") -> None:
         """Stop claiming; running steps see ``ensure_active()`` raise at their next check."""
         if not self._stopping.is_set():
+            self._stop_reason = self._stop_reason or reason
             logger.info("worker %s: %s; shutting down (a second signal exits at once)", self.id, reason)
         self._stopping.set()
         for r in self.snapshot():
             r.activity.stopping.set()
         self.waker.wake()
+
+    def _flush_progress(self) -> None:
+        """On the heartbeat thread: progress reports held back past their interval become visible."""
+        for running in self.snapshot():
+            running.progress.from_heartbeat()
+
+    def busy_threads(self) -> int:
+        """Executor threads running a procedure now (prefetched claims not counted)."""
+        with self._lock:
+            return sum(1 for r in self.running.values() if r.taken_at is not None)
 
     def snapshot(self) -> list[RunningClaim]:
         with self._lock:
@@ -203,6 +230,7 @@ class Worker:
                 if self.options.burst and not self.busy and not self._due_soon(due):
                     logger.info("worker %s: nothing due within %gs; --burst exits", self.id,
                                 float(conf.BURST_WAIT_SECONDS))
+                    self._stop_reason = "burst"
                     return
                 backoff = 0.0
                 self.waker.wait(self._idle_timeout(due, next_chore))
@@ -226,8 +254,9 @@ class Worker:
         claims = claim(self.id, type_names=self.types, queues=self.options.queues, limit=wanted,
                        lease_seconds=self.options.lease_seconds)
         watch.restored()
+        observe.claimed(claims)
         for c in claims:
-            running = RunningClaim(c)
+            running = RunningClaim(c, progress=ProgressRecorder(c, side_connection=connection.vendor == "postgresql"))
             with self._lock:
                 self.running[(c.id, c.lease_token)] = running
                 self.busy += 1
@@ -300,6 +329,7 @@ class Worker:
                                      "attempt", running.claim.id, extra=log_extra(running.claim))
                     outcome = record_crash(running, error, trace_text())
                 self.stats[_STAT[outcome]] += 1
+                observe.outcome(running.claim.type_name, outcome.value)
                 with self._lock:
                     self.crew.done()
                     if self.running.pop((running.claim.id, running.claim.lease_token), None) is not None:
@@ -309,6 +339,7 @@ class Worker:
                 if wanted:  # the main thread claims only then: waking it for less is wasted work
                     self.waker.wake()
         finally:
+            close_side_connection()
             connection.close()
 
     # -- shutdown -------------------------------------------------------------------------
@@ -380,7 +411,9 @@ class Worker:
             return
         for type_name, count in waiting.items():
             logger.warning("%d ready procedures have the type %r, which this worker does not know; "
-                           "they are left for a worker that does", count, type_name)
+                           "they are left for a worker that does. A worker learns procedure classes at start-up, "
+                           "from the 'procedures' module of each installed app: define or import the class there, "
+                           "and restart the workers after deploying a new one", count, type_name)
 
 
 @dataclass

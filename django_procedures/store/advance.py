@@ -70,7 +70,7 @@ def checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any
     if not _orm_update(claim, state=state, step=records[-1].index + 1, step_name=next_step,
                        step_started_at=clock.now(), attempt=1, failures=0, lost=0, in_unsafe_step=False):
         return False
-    Step.objects.bulk_create(done_rows(claim, records, state))
+    Step._writer.bulk_create(done_rows(claim, records, state))
     return True
 
 
@@ -84,13 +84,13 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
                        in_unsafe_step=False):
         return False
     if records:
-        Step.objects.bulk_create(done_rows(claim, records, state))
+        Step._writer.bulk_create(done_rows(claim, records, state))
     close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
     return True
 
 
 def close_lease(procedure_id: Any, token: int, outcome: LeaseOutcome) -> None:
-    Lease.objects.filter(procedure_id=procedure_id, token=token, released_at__isnull=True).update(
+    Lease._writer.filter(procedure_id=procedure_id, token=token, released_at__isnull=True).update(
         released_at=db_now(), outcome=outcome
     )
 
@@ -108,7 +108,7 @@ def done_rows(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any]
 
 def held_row(claim: Claim) -> QuerySet[ProcedureRun]:
     """The claimed row while ``claim`` still holds it: the fence every write and check of a claim goes through."""
-    return ProcedureRun.objects.filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED)
+    return ProcedureRun._writer.filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED)
 
 
 def _orm_update(claim: Claim, **fields: Any) -> bool:

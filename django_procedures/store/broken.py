@@ -51,7 +51,7 @@ def describe(schedule: Schedule, error: BaseException) -> str:
 def record(schedule: Schedule, error: BaseException, now: datetime) -> str:
     """Write ``error`` on ``schedule`` (locked by the caller); log it when it is new. Returns its text."""
     text = describe(schedule, error)
-    Schedule.objects.filter(id=schedule.id).update(last_error=text, last_error_at=now)
+    Schedule._writer.filter(id=schedule.id).update(last_error=text, last_error_at=now)
     if text != schedule.last_error:
         logger.error("schedule %r cannot tick: %s (the other schedules are not affected; this one is tried again "
                      "every %ds)", schedule.name, text, RETRY_BROKEN.total_seconds(),
@@ -67,7 +67,7 @@ def healthy_or_retry_due(now: datetime) -> Q:
 
 def next_due() -> datetime | None:
     """The earliest time an enabled schedule is due, a broken one counting from its next retry."""
-    found = Schedule.objects.filter(enabled=True).aggregate(
+    found = Schedule._writer.filter(enabled=True).aggregate(
         healthy=Min("next_tick_at", filter=Q(last_error_at__isnull=True)),
         broken=Min(Greatest("next_tick_at", F("last_error_at") + RETRY_BROKEN),
                    filter=Q(last_error_at__isnull=False, next_tick_at__isnull=False)))

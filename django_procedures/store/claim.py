@@ -47,10 +47,13 @@ class Claim:
     #: A scheduled run's ``max_run_time`` after its start (or manual retry) when claimed: its worker cancels it
     #: once past (None: no limit).
     deadline: datetime | None = None
+    #: When it was due: the pickup delay metric is measured from it.
+    run_at: datetime | None = None
 
 
 _FIELDS = ["id", "type_name", "state", "step", "step_name", "attempt", "failures", "lost", "lease_token", "queue",
-           "parent_id", "root_id", "depth", "suspension", "spawned_in", "schedule_id", "in_rollback", "lock_keys"]
+           "parent_id", "root_id", "depth", "suspension", "spawned_in", "schedule_id", "in_rollback", "lock_keys",
+           "run_at"]
 
 _DEADLINE = ("started_at", "retried_at", "schedule__max_run_time")
 
@@ -159,7 +162,7 @@ def _lease_due(worker: str, type_names: Sequence[str], queues: Sequence[str] | N
                                 queue_filter="AND queue = ANY(%(queues)s::text[])" if queues else "")
         return _run_pg(picked, worker, lease_seconds, now, types=text_array(type_names),
                        queues=text_array(queues or ()), limit=limit)
-    due = ProcedureRun.objects.claimable(now).filter(type_name__in=type_names, waiting_for_keys=False).filter(
+    due = ProcedureRun._writer.claimable(now).filter(type_name__in=type_names, waiting_for_keys=False).filter(
         Q(keys_held=True) | Q(lock_keys=[]))
     if queues:
         due = due.filter(queue__in=queues)
@@ -171,15 +174,15 @@ def _lease(worker: str, ids: list[uuid.UUID], lease_seconds: float, now: datetim
     """Lease rows this transaction already picked (and locked, on PostgreSQL)."""
     if is_postgresql():
         return _run_pg(_PG_GRANTED, worker, lease_seconds, now, ids=ids)
-    ProcedureRun.objects.filter(id__in=ids, status__in=CLAIMABLE).update(
+    ProcedureRun._writer.filter(id__in=ids, status__in=CLAIMABLE).update(
         status=Case(When(in_rollback=True, then=Value(RunStatus.ROLLING_BACK)), default=Value(RunStatus.RUNNING)),
         lease_token=F("lease_token") + 1, lease_owner=worker, lease_expires_at=db_now_plus(lease_seconds),
         started_at=Coalesce("started_at", now), step_started_at=now,
         keys_held=Case(When(lock_keys=[], then=Value(False)), default=Value(True)),
     )
     rows = {r["id"]: r for r in
-            ProcedureRun.objects.filter(id__in=ids).values(*_FIELDS, "lease_expires_at", *_DEADLINE)}
-    Lease.objects.bulk_create(
+            ProcedureRun._writer.filter(id__in=ids).values(*_FIELDS, "lease_expires_at", *_DEADLINE)}
+    Lease._writer.bulk_create(
         Lease(procedure_id=pid, token=rows[pid]["lease_token"], worker=worker, claimed_at=timezone.now(),
               expires_at=rows[pid]["lease_expires_at"])
         for pid in ids
@@ -209,7 +212,7 @@ def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None) 
     """The earliest ``run_at`` of a ready or retrying procedure this worker could claim."""
     if not type_names:
         return None
-    rows = ProcedureRun.objects.pending().filter(type_name__in=type_names, waiting_for_keys=False)
+    rows = ProcedureRun._writer.pending().filter(type_name__in=type_names, waiting_for_keys=False)
     if queues:
         rows = rows.filter(queue__in=queues)
     return rows.aggregate(at=Min("run_at"))["at"]
@@ -217,6 +220,6 @@ def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None) 
 
 def unknown_types(type_names: Sequence[str]) -> dict[str, int]:
     """Ready or retrying procedures whose type this worker has not registered, by type name."""
-    rows = (ProcedureRun.objects.pending().exclude(type_name__in=type_names)
+    rows = (ProcedureRun._writer.pending().exclude(type_name__in=type_names)
             .values_list("type_name").annotate(n=Count("id")).order_by("type_name"))
     return dict(rows)

@@ -111,7 +111,7 @@ def _committed(claim: Claim, records: Sequence[StepRecord]) -> None:
 
 
 def _failed_step(claim: Claim, record: StepRecord, error: str) -> None:
-    Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
+    Step._writer.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
                         status=StepStatus.FAILED, lease_token=claim.lease_token, started_at=record.started_at,
                         finished_at=record.finished_at, error=error)
 
@@ -177,7 +177,7 @@ def suspend(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], 
         fenced_update(claim, status=RunStatus.WAITING, state=state, step=records[-1].index + 1, step_name=next_step,
                       attempt=1, failures=0, lost=0, pending_children=len(rows), suspension=suspension,
                       **_LEASE_CLEARED)
-        Step.objects.bulk_create(advance.done_rows(claim, records, state))
+        Step._writer.bulk_create(advance.done_rows(claim, records, state))
         insert(list(rows))
         close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
     _committed(claim, records)
@@ -188,7 +188,7 @@ def handled_child_failure(claim: Claim, child_id: Any, state: dict[str, Any]) ->
     with _transaction():
         fenced_update(claim, state=state, step_started_at=clock.now())
         # Only while it is still final: a child retried meanwhile must have its next failure reported.
-        ProcedureRun.objects.filter(id=child_id, parent_id=claim.id, status__in=tree.FAILED_CHILD).update(
+        ProcedureRun._writer.filter(id=child_id, parent_id=claim.id, status__in=tree.FAILED_CHILD).update(
             failure_handled=True)
     claim.state = state
 
@@ -273,7 +273,7 @@ def finish_rollback(claim: Claim, record: StepRecord) -> None:
     def write() -> bool:
         fenced_update(claim, status=RunStatus.ROLLED_BACK, finished_at=clock.now(), rollback_error="",
                       **_LEASE_CLEARED)
-        Step.objects.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
+        Step._writer.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
                             status=StepStatus.DONE, lease_token=claim.lease_token, started_at=record.started_at,
                             finished_at=record.finished_at)
         close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)

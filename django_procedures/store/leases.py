@@ -52,7 +52,7 @@ def renew(held: Iterable[tuple[UUID, int]], lease_seconds: float) -> set[tuple[U
     renewed = set()
     with transaction.atomic():
         for pid, token in sorted(held):
-            if ProcedureRun.objects.filter(id=pid, lease_token=token, status__in=LEASED).update(
+            if ProcedureRun._writer.filter(id=pid, lease_token=token, status__in=LEASED).update(
                     lease_expires_at=db_now_plus(lease_seconds)):
                 renewed.add((pid, token))
     return renewed
@@ -83,7 +83,7 @@ def sweep_expired(limit: int = 100) -> SweepReport:
     """
     resumed = _resume_expired(limit)
     parked = 0
-    unsafe = list(ProcedureRun.objects.filter(status__in=LEASED, in_unsafe_step=True, lease_expires_at__lt=db_now())
+    unsafe = list(ProcedureRun._writer.filter(status__in=LEASED, in_unsafe_step=True, lease_expires_at__lt=db_now())
                   .order_by("depth", "id").values(*_SWEPT)[:limit])
     for row in unsafe:
         parked += _park(row)
@@ -97,11 +97,11 @@ def _message(row: dict[str, Any]) -> str:
 
 def _lost_attempt(row: dict[str, Any], now: datetime) -> None:
     """The ``lost`` Step row of the attempt, and its lease closed as ``expired``."""
-    Step.objects.create(procedure_id=row["id"], index=row["step"],
+    Step._writer.create(procedure_id=row["id"], index=row["step"],
                         name="rollback" if row["in_rollback"] else row["step_name"],
                         attempt=row["attempt"], status=StepStatus.LOST, lease_token=row["lease_token"],
                         started_at=row["step_started_at"], finished_at=now, error=_message(row))
-    Lease.objects.filter(procedure_id=row["id"], token=row["lease_token"], released_at__isnull=True).update(
+    Lease._writer.filter(procedure_id=row["id"], token=row["lease_token"], released_at__isnull=True).update(
         released_at=db_now(), outcome=LeaseOutcome.EXPIRED)
 
 
@@ -111,11 +111,11 @@ def _resume_expired(limit: int) -> int:
     queues = set()
     with transaction.atomic():
         expired = list(
-            ProcedureRun.objects.filter(status__in=LEASED, in_unsafe_step=False, lease_expires_at__lt=db_now())
+            ProcedureRun._writer.filter(status__in=LEASED, in_unsafe_step=False, lease_expires_at__lt=db_now())
             .select_for_update(skip_locked=True).order_by("depth", "id").values(*_SWEPT)[:limit]
         )
         for row in expired:
-            ProcedureRun.objects.filter(id=row["id"], lease_token=row["lease_token"]).update(
+            ProcedureRun._writer.filter(id=row["id"], lease_token=row["lease_token"]).update(
                 status=RunStatus.READY, attempt=F("attempt") + 1, lost=F("lost") + 1,
                 lease_token=F("lease_token") + 1, lease_owner="", lease_expires_at=None)
             queues.add(row["queue"])
@@ -134,7 +134,7 @@ def _park(row: dict[str, Any]) -> bool:
     def write() -> bool:
         # Still expired, under the same lease, inside the step: a worker that renewed or finished meanwhile
         # wins. A row another transaction holds is left for the next sweep, as the resume does.
-        fence = ProcedureRun.objects.filter(id=row["id"], lease_token=row["lease_token"], status__in=LEASED,
+        fence = ProcedureRun._writer.filter(id=row["id"], lease_token=row["lease_token"], status__in=LEASED,
                                             in_unsafe_step=True, lease_expires_at__lt=db_now())
         if fence.select_for_update(skip_locked=True).values_list("id", flat=True).first() is None:
             return False

@@ -60,7 +60,7 @@ def ancestors(procedure_id: uuid.UUID, parent_id: uuid.UUID | None) -> set[uuid.
     found: set[uuid.UUID] = set()
     while parent_id is not None and parent_id not in found:
         found.add(parent_id)
-        parent_id = ProcedureRun.objects.filter(id=parent_id).values_list("parent_id", flat=True).first()
+        parent_id = ProcedureRun._writer.filter(id=parent_id).values_list("parent_id", flat=True).first()
     return found
 
 
@@ -84,14 +84,14 @@ def grant_due(*, type_names: Sequence[str], queues: Sequence[str] | None, limit:
             if not _root_shared(row["id"], row["root_id"]) or not _key_locks(wanted, wait=False):
                 passed.append(row["id"])
                 continue
-            KeyRequest.objects.bulk_create(
+            KeyRequest._writer.bulk_create(
                 [KeyRequest(name=name, procedure_id=row["id"], root_id=row["root_id"] or row["id"], mode=mode,
                             requested_at=now) for name, mode in wanted.items()], ignore_conflicts=True)
             if _grantable(row["id"], row["parent_id"], wanted):
-                KeyRequest.objects.filter(procedure_id=row["id"]).update(granted=True)
+                KeyRequest._writer.filter(procedure_id=row["id"]).update(granted=True)
                 granted.append(row["id"])
             else:  # marked, so the next query (and every claim after it) passes it by
-                ProcedureRun.objects.filter(id=row["id"]).update(waiting_for_keys=True)
+                ProcedureRun._writer.filter(id=row["id"]).update(waiting_for_keys=True)
     return granted
 
 
@@ -113,7 +113,7 @@ def _keyed_due(type_names: Sequence[str], queues: Sequence[str] | None, limit: i
     and the ORM took longer to build it than the server to answer it.
     """
     if not is_postgresql():
-        due = (ProcedureRun.objects.claimable(now).filter(type_name__in=type_names, keys_held=False,
+        due = (ProcedureRun._writer.claimable(now).filter(type_name__in=type_names, keys_held=False,
                                                           waiting_for_keys=False)
                .exclude(lock_keys=[]).exclude(id__in=skip))
         if queues:
@@ -131,7 +131,7 @@ def _keyed_due(type_names: Sequence[str], queues: Sequence[str] | None, limit: i
 
 def _requests(names: Iterable[str]) -> list[Request]:
     """Every request (granted or waiting) on the keys ``names``."""
-    rows = KeyRequest.objects.filter(name__in=list(names)).values_list(
+    rows = KeyRequest._writer.filter(name__in=list(names)).values_list(
         "name", "procedure_id", "root_id", "mode", "granted", "requested_at", "id")
     return [Request(name, pid, root, mode, granted, (at, rid)) for name, pid, root, mode, granted, at, rid in rows]
 
@@ -149,19 +149,19 @@ def _grantable(procedure_id: uuid.UUID, parent_id: uuid.UUID | None, names: Iter
 
 def release(procedure_ids: Sequence[uuid.UUID]) -> None:
     """In the transaction that writes their final status: drop the procedures' keys and wake their waiters."""
-    names = list(KeyRequest.objects.filter(procedure_id__in=procedure_ids).values_list("name", flat=True))
+    names = list(KeyRequest._writer.filter(procedure_id__in=procedure_ids).values_list("name", flat=True))
     if not names:
         return
     _key_locks(names, wait=True)  # a claim deciding about these keys commits first, and its waiters are seen
-    KeyRequest.objects.filter(procedure_id__in=procedure_ids).delete()
-    ProcedureRun.objects.filter(id__in=procedure_ids).update(keys_held=False, waiting_for_keys=False)
+    KeyRequest._writer.filter(procedure_id__in=procedure_ids).delete()
+    ProcedureRun._writer.filter(id__in=procedure_ids).update(keys_held=False, waiting_for_keys=False)
     # A waiter's row locked by another transaction is being finalised (a cancel, a deadlock's victim), which
     # then waits for these keys' advisory locks: waiting for its row here would deadlock with it. Only
     # finalisers lock a waiter's row (claims pass waiters by), and the sweep's wake_stranded is the net.
-    woken = list(ProcedureRun.objects.filter(
-        waiting_for_keys=True, id__in=KeyRequest.objects.filter(name__in=names, granted=False).values("procedure_id"))
+    woken = list(ProcedureRun._writer.filter(
+        waiting_for_keys=True, id__in=KeyRequest._writer.filter(name__in=names, granted=False).values("procedure_id"))
         .select_for_update(skip_locked=True).values_list("id", "queue"))
-    ProcedureRun.objects.filter(id__in=[pid for pid, _ in woken]).update(waiting_for_keys=False)
+    ProcedureRun._writer.filter(id__in=[pid for pid, _ in woken]).update(waiting_for_keys=False)
     notify({queue for _, queue in woken})
 
 
@@ -171,7 +171,7 @@ def wake_stranded() -> int:
     The requests on every key a waiter wants are read in one query, not one per
     waiter: the sweep runs every few seconds on every worker, and thousands may wait.
     """
-    stranded = list(ProcedureRun.objects.filter(waiting_for_keys=True).values("id", "parent_id", "lock_keys"))
+    stranded = list(ProcedureRun._writer.filter(waiting_for_keys=True).values("id", "parent_id", "lock_keys"))
     if not stranded:
         return 0
     by_key: dict[str, list[Request]] = defaultdict(list)
@@ -183,8 +183,8 @@ def wake_stranded() -> int:
         if _grantable(row["id"], row["parent_id"], names, [r for name in names for r in by_key[name]]):
             woken.append(row["id"])
     if woken:
-        ProcedureRun.objects.filter(id__in=woken).update(waiting_for_keys=False)
-        notify(ProcedureRun.objects.filter(id__in=woken).values_list("queue", flat=True))
+        ProcedureRun._writer.filter(id__in=woken).update(waiting_for_keys=False)
+        notify(ProcedureRun._writer.filter(id__in=woken).values_list("queue", flat=True))
     return len(woken)
 
 
@@ -213,7 +213,7 @@ def deadlocks() -> list[FoundDeadlock]:
     without the ancestor lending it the key, as if it waited behind
     outsiders: a cycle that does not exist.
     """
-    rows = list(KeyRequest.objects.filter(name__in=KeyRequest.objects.filter(granted=False).values("name"))
+    rows = list(KeyRequest._writer.filter(name__in=KeyRequest._writer.filter(granted=False).values("name"))
                 .values_list("name", "procedure_id", "root_id", "mode", "granted", "requested_at", "id",
                              "procedure__parent_id"))
     if not rows:
@@ -229,7 +229,7 @@ def deadlocks() -> list[FoundDeadlock]:
             waiting[request.tree].add(request.procedure)
     found = []
     for cycle in tree_deadlocks(requests, lenders):
-        created = dict(ProcedureRun.objects.filter(id__in=cycle.trees).values_list("id", "created_at"))
+        created = dict(ProcedureRun._writer.filter(id__in=cycle.trees).values_list("id", "created_at"))
         youngest = max(cycle.trees, key=lambda t: (created.get(t), str(t)))
         parts = [f"tree {waiter} waits for {key!r} behind tree {holder}" for waiter, key, holder in cycle.edges]
         message = f"lock key deadlock: {'; '.join(parts)}; failing the younger tree {youngest}"

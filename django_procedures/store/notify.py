@@ -23,3 +23,29 @@ def notify(queues: Iterable[str]) -> None:
         return
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q", [CHANNEL, names])
+
+#: An awaited procedure that reached a final status NOTIFYs ``FINISHED_PREFIX`` + its id in hex (a trigger
+#: sends it, migration 0005), so ``ProcedureHandle.wait()`` hears about its own procedure only.
+FINISHED_PREFIX = "django_procedures_finished_"
+
+
+def finished_channel(procedure_id: object) -> str:
+    """The channel on which the final transition of ``procedure_id`` is announced (PostgreSQL)."""
+    import uuid
+
+    return FINISHED_PREFIX + (procedure_id if isinstance(procedure_id, uuid.UUID) else uuid.UUID(str(procedure_id))).hex
+
+
+def mark_awaited(procedure_id: object) -> None:
+    """Ask for the NOTIFY of ``procedure_id``'s final transition: a waiter listens for it (PostgreSQL).
+
+    Only awaited rows notify, so completions nobody waits for never take the
+    notification lock. Called after the waiter's LISTEN and before its read:
+    a final transition that committed first is seen by that read; one that
+    commits later updates the row this marked, and notifies.
+    """
+    from django_procedures.models import ProcedureRun
+    from django_procedures.policy.status import FINAL
+
+    (ProcedureRun._writer.filter(id=procedure_id, awaited=False).exclude(status__in=FINAL)
+     .update(awaited=True))

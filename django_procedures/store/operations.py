@@ -36,14 +36,14 @@ def retry(procedure_id: Any, *, by: str = "") -> None:
     schedule holds a slot again, and is refused while none is free.
     """
     now = clock.now()
-    found = ProcedureRun.objects.filter(id=procedure_id).values("parent_id", "schedule_id").first()
+    found = ProcedureRun._writer.filter(id=procedure_id).values("parent_id", "schedule_id").first()
     if found is None:
         raise InvalidOperation(f"procedure {procedure_id} does not exist")
     with transaction.atomic():
-        schedule = (Schedule.objects.select_for_update().filter(id=found["schedule_id"]).first()
+        schedule = (Schedule._writer.select_for_update().filter(id=found["schedule_id"]).first()
                     if found["schedule_id"] is not None else None)
         tree.lock_rows([found["parent_id"]])
-        row = ProcedureRun.objects.select_for_update().get(id=procedure_id)
+        row = ProcedureRun._writer.select_for_update().get(id=procedure_id)
         if row.status != RunStatus.FAILED:
             raise InvalidOperation(
                 f"procedure {procedure_id} is {row.status}; only failed procedures can be retried"
@@ -57,11 +57,11 @@ def retry(procedure_id: Any, *, by: str = "") -> None:
         if refusal:
             raise InvalidOperation(f"procedure {procedure_id} cannot be retried: {refusal}")
         if row.parent_id is not None and row.spawned_in:
-            ProcedureRun.objects.filter(id=row.parent_id).update(pending_children=F("pending_children") + 1)
+            ProcedureRun._writer.filter(id=row.parent_id).update(pending_children=F("pending_children") + 1)
         if schedule is not None:
-            Schedule.objects.filter(id=schedule.id).update(
+            Schedule._writer.filter(id=schedule.id).update(
                 active_runs=F("active_runs") + 1, overlaps=F("overlaps") + (1 if schedule.active_runs else 0))
-        ProcedureRun.objects.filter(id=row.id).update(
+        ProcedureRun._writer.filter(id=row.id).update(
             status=RunStatus.READY, run_at=now, failures=0, lost=0, in_unsafe_step=False, error="", traceback="",
             failed_step="", failure_can_retry=False, finished_at=None, retried_at=now, retried_by=by,
             manual_retries=row.manual_retries + 1, in_rollback=False, rollback_error="", failure_handled=False,
@@ -72,7 +72,7 @@ def retry(procedure_id: Any, *, by: str = "") -> None:
 def parents_of(runs: Sequence[ProcedureRun]) -> dict[Any, manual_retry.ParentView]:
     """The parents of ``runs`` that started them in a suspension, by id (one query)."""
     ids = {r.parent_id for r in runs if r.parent_id is not None and r.spawned_in}
-    rows = ProcedureRun.objects.filter(id__in=ids).values_list("id", "type_name", "status", "suspension")
+    rows = ProcedureRun._writer.filter(id__in=ids).values_list("id", "type_name", "status", "suspension")
     return {row[0]: manual_retry.ParentView(*row) for row in rows}
 
 
@@ -110,7 +110,7 @@ def cancel(procedure_id: Any, *, by: str = "") -> CancelResult:
     released, and a cancelled child counts as a failed child of its parent.
     Cancelling a finished procedure changes nothing and says so.
     """
-    row = (ProcedureRun.objects.filter(id=procedure_id)
+    row = (ProcedureRun._writer.filter(id=procedure_id)
            .values("id", "type_name", "status", "parent_id", "spawned_in", "schedule_id").first())
     if row is None:
         raise InvalidOperation(f"procedure {procedure_id} does not exist")
@@ -127,7 +127,7 @@ def cancel(procedure_id: Any, *, by: str = "") -> CancelResult:
         transitions.finish_one(Ending(row["id"], row["type_name"], row["parent_id"], row["spawned_in"],
                                       row["schedule_id"], has_keys=False), write, failed=True)
     if not cancelled:
-        status = ProcedureRun.objects.filter(id=row["id"]).values_list("status", flat=True).first()
+        status = ProcedureRun._writer.filter(id=row["id"]).values_list("status", flat=True).first()
         return CancelResult((), f"procedure {procedure_id} is already {status}; nothing was cancelled")
     count = len(cancelled)
     return CancelResult(tuple(cancelled), f"cancelled {count} procedure{'s' if count != 1 else ''}")
@@ -135,12 +135,12 @@ def cancel(procedure_id: Any, *, by: str = "") -> CancelResult:
 
 def fail_waiting(procedure_ids: Sequence[uuid.UUID], error: str) -> list[uuid.UUID]:
     """Fail procedures that have not started (waiting for lock keys), e.g. to break a deadlock."""
-    rows = list(ProcedureRun.objects.filter(id__in=procedure_ids, status__in=CLAIMABLE, keys_held=False)
+    rows = list(ProcedureRun._writer.filter(id__in=procedure_ids, status__in=CLAIMABLE, keys_held=False)
                 .order_by("depth", "id").values("id", "parent_id", "spawned_in", "type_name", "schedule_id"))
     runs = [Ending(r["id"], r["type_name"], r["parent_id"], r["spawned_in"], r["schedule_id"]) for r in rows]
 
     def write(run: Ending) -> bool:
-        return bool(ProcedureRun.objects.filter(id=run.id, status__in=CLAIMABLE, keys_held=False).update(
+        return bool(ProcedureRun._writer.filter(id=run.id, status__in=CLAIMABLE, keys_held=False).update(
             status=RunStatus.FAILED, error=error, failure_can_retry=True, finished_at=clock.now(),
             waiting_for_keys=False))
 

@@ -45,7 +45,7 @@ def cancel_overdue(now: datetime | None = None, *, ids: Sequence[uuid.UUID] | No
     # A manual retry starts the count again (the run started before it failed).
     start = Greatest("started_at", Coalesce("retried_at", "started_at"))
     deadline = ExpressionWrapper(start + F("schedule__max_run_time"), output_field=DateTimeField())
-    rows = (ProcedureRun.objects.filter(status__in=UNFINISHED, schedule__isnull=False,
+    rows = (ProcedureRun._writer.filter(status__in=UNFINISHED, schedule__isnull=False,
                                         schedule__max_run_time__lte=MAX_DURATION, started_at__isnull=False)
             .alias(deadline=deadline).filter(deadline__lt=now))
     if ids is not None:

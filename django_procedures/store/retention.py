@@ -24,18 +24,18 @@ class PruneBatch:
 def prunable(older_than: datetime, statuses: Sequence[str] | None = None) -> QuerySet[ProcedureRun]:
     """Root procedures finished before ``older_than`` whose whole tree is final."""
     statuses = list(statuses or FINAL)
-    unfinished_member = ProcedureRun.objects.filter(root_id=OuterRef("id")).exclude(status__in=FINAL)
-    return (ProcedureRun.objects.filter(root__isnull=True, status__in=statuses, finished_at__lt=older_than)
+    unfinished_member = ProcedureRun._writer.filter(root_id=OuterRef("id")).exclude(status__in=FINAL)
+    return (ProcedureRun._writer.filter(root__isnull=True, status__in=statuses, finished_at__lt=older_than)
             .exclude(Exists(unfinished_member)).order_by("finished_at"))
 
 
 def count(older_than: datetime, statuses: Sequence[str] | None = None) -> PruneBatch:
     """What a prune would delete, without deleting."""
     roots = prunable(older_than, statuses).values("id")
-    members = ProcedureRun.objects.filter(Q(id__in=roots) | Q(root_id__in=roots))
+    members = ProcedureRun._writer.filter(Q(id__in=roots) | Q(root_id__in=roots))
     return PruneBatch(trees=roots.count(), procedures=members.count(),
-                      steps=Step.objects.filter(procedure__in=members).count(),
-                      leases=Lease.objects.filter(procedure__in=members).count())
+                      steps=Step._writer.filter(procedure__in=members).count(),
+                      leases=Lease._writer.filter(procedure__in=members).count())
 
 
 def prune_batch(older_than: datetime, statuses: Sequence[str] | None = None, batch_size: int = 500) -> PruneBatch:
@@ -45,7 +45,7 @@ def prune_batch(older_than: datetime, statuses: Sequence[str] | None = None, bat
                      .values_list("id", flat=True)[:batch_size])
         if not roots:
             return PruneBatch(0, 0, 0, 0)
-        members = list(ProcedureRun.objects.filter(Q(id__in=roots) | Q(root_id__in=roots))
+        members = list(ProcedureRun._writer.filter(Q(id__in=roots) | Q(root_id__in=roots))
                        .values_list("id", flat=True))
         steps = _delete(Step, "procedure_id", members)
         leases = _delete(Lease, "procedure_id", members)

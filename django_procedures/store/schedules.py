@@ -15,6 +15,7 @@ from django.db import DatabaseError, transaction
 from django_procedures import clock, registry
 from django_procedures.exceptions import InvalidOperation, LeaseLost, UnknownProcedureType
 from django_procedures.models import ProcedureRun, Schedule
+from django_procedures.models.readonly import write_instance
 from django_procedures.policy.schedule import Mode, decide_trigger, fixed_delay_next_tick, on_run_finished
 from django_procedures.policy.schedule_args import OutOfRange, normalise
 from django_procedures.policy.status import LEASED, UNFINISHED
@@ -65,10 +66,10 @@ def register_schedule(name: str, procedure: type[Procedure] | str, *, mode: str 
     wanted = Schedule(procedure=type_name, from_code=from_code, **args)
     wanted.clean()
     with transaction.atomic():
-        existing = Schedule.objects.select_for_update().filter(name=name).first()
+        existing = Schedule._writer.select_for_update().filter(name=name).first()
         if existing is None:
             wanted.next_tick_at = first_tick(wanted, clock.now())
-            wanted.save()
+            write_instance(wanted)
             return wanted, True
         changed = [f for f in DEFINITION if getattr(existing, f) != getattr(wanted, f)]
         if changed and not update:
@@ -101,7 +102,7 @@ def _apply_definition(existing: Schedule, wanted: Schedule, changed: Sequence[st
     if CADENCE & set(changed):
         existing.next_tick_at = first_tick(existing, clock.now()) if existing.enabled else None
         fields.append("next_tick_at")
-    existing.save(update_fields=fields)
+    write_instance(existing, update_fields=fields)
 
 
 def save_schedule(schedule: Schedule) -> tuple[Schedule, list[str]]:
@@ -121,7 +122,7 @@ def save_schedule(schedule: Schedule) -> tuple[Schedule, list[str]]:
             if not schedule.enabled and not schedule.disabled_reason:
                 schedule.disabled_reason = "created paused"
             schedule.next_tick_at = first_tick(schedule, clock.now())
-            schedule.save(force_insert=True)
+            write_instance(schedule, force_insert=True)
             return schedule, ["name", *DEFINITION, "enabled"]
         existing = _locked(schedule.pk)
         changed = [f for f in ("name", *DEFINITION) if getattr(existing, f) != getattr(schedule, f)]
@@ -182,14 +183,14 @@ def start_runs(schedule: Schedule, ticks: Sequence[datetime], now: datetime) -> 
 
 
 def _elapsed_ms(procedure_id: uuid.UUID, now: datetime) -> int | None:
-    started = ProcedureRun.objects.filter(id=procedure_id).values_list("started_at", "created_at").first()
+    started = ProcedureRun._writer.filter(id=procedure_id).values_list("started_at", "created_at").first()
     begin = started and (started[0] or started[1])
     return int((now - begin).total_seconds() * 1000) if begin else None
 
 
 def run_finished(schedule_id: int, procedure_id: uuid.UUID, *, failed: bool) -> None:
     """In the run's final transaction (schedule row locked first): metrics, a freed slot, the next tick."""
-    schedule = Schedule.objects.filter(id=schedule_id).first()
+    schedule = Schedule._writer.filter(id=schedule_id).first()
     if schedule is None:
         return
     now = clock.now()
@@ -211,7 +212,7 @@ def run_finished(schedule_id: int, procedure_id: uuid.UUID, *, failed: bool) -> 
         # The schedule's definition (stored past validation) cannot give a next tick: the run still ends, and
         # the error is shown on the schedule until its definition is fixed.
         broken.record(schedule, error, now)
-    Schedule.objects.filter(id=schedule.id).update(**{f: getattr(schedule, f) for f in fields})
+    Schedule._writer.filter(id=schedule.id).update(**{f: getattr(schedule, f) for f in fields})
 
 
 def _next_after_run(schedule: Schedule, now: datetime) -> list[str]:
@@ -240,7 +241,7 @@ def _next_after_run(schedule: Schedule, now: datetime) -> list[str]:
 def _locked(schedule: Schedule | int | str) -> Schedule:
     key = schedule.pk if isinstance(schedule, Schedule) else schedule
     lookup = {"name": key} if isinstance(key, str) else {"pk": key}
-    found = Schedule.objects.select_for_update().filter(**lookup).first()
+    found = Schedule._writer.select_for_update().filter(**lookup).first()
     if found is None:
         raise InvalidOperation(f"no schedule {key!r}")
     return found
@@ -259,7 +260,7 @@ def trigger(schedule: Schedule | int | str) -> dict[str, int]:
             started = start_runs(s, decision.start, now)
         except UnknownProcedureType as error:
             raise InvalidOperation(f"schedule {s.name!r} cannot start a run: {error}") from None
-        Schedule.objects.filter(id=s.id).update(
+        Schedule._writer.filter(id=s.id).update(
             active_runs=s.active_runs + started, pending_ticks=[t.isoformat() for t in decision.pending],
             skips=s.skips + decision.skips, overlaps=s.overlaps + decision.overlaps,
             next_tick_at=decision.next_tick_at if s.mode != Mode.FIXED_DELAY or not started else None)
@@ -269,7 +270,7 @@ def trigger(schedule: Schedule | int | str) -> dict[str, int]:
 def pause(schedule: Schedule | int | str, *, reason: str = "paused") -> None:
     with transaction.atomic():
         s = _locked(schedule)
-        Schedule.objects.filter(id=s.id).update(enabled=False, disabled_reason=reason)
+        Schedule._writer.filter(id=s.id).update(enabled=False, disabled_reason=reason)
 
 
 def resume(schedule: Schedule | int | str) -> None:
@@ -279,7 +280,7 @@ def resume(schedule: Schedule | int | str) -> None:
         if s.enabled:
             return
         next_tick = clock.now() if s.mode != Mode.FIXED_DELAY or not s.active_runs else None
-        Schedule.objects.filter(id=s.id).update(enabled=True, disabled_reason="", next_tick_at=next_tick)
+        Schedule._writer.filter(id=s.id).update(enabled=True, disabled_reason="", next_tick_at=next_tick)
 
 
 @dataclass(frozen=True)
@@ -308,16 +309,16 @@ def delete_schedule(schedule: Schedule | int | str, *, by: str = "") -> Deleted:
     with transaction.atomic():
         s = _locked(schedule)
         # Paused first: the cancelled runs' final transitions start no pending tick and set no next tick.
-        Schedule.objects.filter(id=s.id).update(enabled=False, disabled_reason="being deleted", pending_ticks=[],
+        Schedule._writer.filter(id=s.id).update(enabled=False, disabled_reason="being deleted", pending_ticks=[],
                                                 next_tick_at=None)
         reason = f"deleting its schedule {s.name!r}" + (f" ({by})" if by else "")
-        unfinished = list(ProcedureRun.objects.filter(schedule_id=s.id, status__in=UNFINISHED)
+        unfinished = list(ProcedureRun._writer.filter(schedule_id=s.id, status__in=UNFINISHED)
                           .values_list("id", flat=True))
         cancelled: list[uuid.UUID] = []
         for procedure_id in unfinished:
             cancelled += operations.cancel(procedure_id, by=reason).cancelled
-        kept = ProcedureRun.objects.filter(schedule_id=s.id).update(schedule=None) - len(unfinished)
-        Schedule.objects.filter(id=s.id).delete()
+        kept = ProcedureRun._writer.filter(schedule_id=s.id).update(schedule=None) - len(unfinished)
+        Schedule._writer.filter(id=s.id).delete()
     logger.info("schedule %r deleted%s: %d unfinished runs cancelled, %d finished runs kept", s.name,
                 f" by {by}" if by else "", len(unfinished), kept)
     return Deleted(s.name, tuple(cancelled), kept)
@@ -325,13 +326,13 @@ def delete_schedule(schedule: Schedule | int | str, *, by: str = "") -> Deleted:
 
 def stop_from_run(procedure_id: uuid.UUID, lease_token: int, reason: str) -> None:
     """A run ends its own schedule: disabled, with the reason recorded (only while the run holds its lease)."""
-    schedule_id = ProcedureRun.objects.filter(id=procedure_id).values_list("schedule_id", flat=True).first()
+    schedule_id = ProcedureRun._writer.filter(id=procedure_id).values_list("schedule_id", flat=True).first()
     if schedule_id is None:
         raise InvalidOperation(f"procedure {procedure_id} was not started by a schedule")
     with transaction.atomic():
         s = _locked(schedule_id)
-        if not ProcedureRun.objects.filter(id=procedure_id, lease_token=lease_token, status__in=LEASED).exists():
+        if not ProcedureRun._writer.filter(id=procedure_id, lease_token=lease_token, status__in=LEASED).exists():
             raise LeaseLost(f"procedure {procedure_id} is no longer held by lease token {lease_token}")
-        Schedule.objects.filter(id=s.id).update(enabled=False, disabled_reason=f"stopped by run {procedure_id}: "
+        Schedule._writer.filter(id=s.id).update(enabled=False, disabled_reason=f"stopped by run {procedure_id}: "
                                                 f"{reason}")
     logger.info("schedule %r stopped by its run %s: %s", s.name, procedure_id, reason)

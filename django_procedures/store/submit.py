@@ -53,7 +53,7 @@ def _parent(parent: Any) -> Parent | None:
     except ValueError:
         raise TypeError("parent must be a ProcedureHandle, a ProcedureRun or a procedure id (a UUID); "
                         f"got {type(parent).__name__} {parent!r}") from None
-    row = ProcedureRun.objects.filter(id=parent_id).values("root_id", "depth").first()
+    row = ProcedureRun._writer.filter(id=parent_id).values("root_id", "depth").first()
     if row is None:
         raise ValueError(f"parent procedure {parent_id} does not exist")
     return Parent(parent_id, row["root_id"] or parent_id, row["depth"])
@@ -128,13 +128,13 @@ def insert(rows: list[ProcedureRun], *, skip_conflicts: bool = False) -> list[uu
     elif keys:
         # A savepoint, so that a refused reuse leaves nothing behind even in autocommit.
         with transaction.atomic():
-            ProcedureRun.objects.bulk_create(rows, ignore_conflicts=True)
+            ProcedureRun._writer.bulk_create(rows, ignore_conflicts=True)
             stored = {key: (pid, type_name) for key, pid, type_name in
-                      ProcedureRun.objects.filter(key__in=keys).values_list("key", "id", "type_name")}
+                      ProcedureRun._writer.filter(key__in=keys).values_list("key", "id", "type_name")}
             _refuse_other_types(rows, stored)
         ids = [stored[row.key][0] if row.key is not None else row.id for row in rows]
     else:
-        ProcedureRun.objects.bulk_create(rows)
+        ProcedureRun._writer.bulk_create(rows)
         ids = [row.id for row in rows]
     created = {row.id for row in rows} & set(ids)
     notify({row.queue for row in rows if row.id in created})
@@ -160,8 +160,8 @@ def _refuse_other_types(rows: list[ProcedureRun], stored: dict[str, tuple[uuid.U
 def _insert_new(rows: list[ProcedureRun]) -> set[uuid.UUID]:
     """Insert ``rows``, skipping those that hit a unique constraint; returns the ids inserted."""
     if not is_postgresql():
-        ProcedureRun.objects.bulk_create(rows, ignore_conflicts=True)
-        return set(ProcedureRun.objects.filter(id__in=[row.id for row in rows]).values_list("id", flat=True))
+        ProcedureRun._writer.bulk_create(rows, ignore_conflicts=True)
+        return set(ProcedureRun._writer.filter(id__in=[row.id for row in rows]).values_list("id", flat=True))
     # bulk_create prepares every field of every row and cannot say which rows it skipped: one JSON
     # parameter and RETURNING cost a fraction of that (a tick inserts thousands of runs).
     fields = ProcedureRun._meta.concrete_fields
@@ -254,4 +254,5 @@ def submit_many(
                       where="state" if len(states) == 1 else f"states[{i}]")
             for i, (state, key) in enumerate(zip(states, keys, strict=True))
         ]
-        return [ProcedureHandle(pid) for pid in insert(rows)]
+        # A row carries a fresh id: the id that comes back is its own only if this row was inserted.
+        return [ProcedureHandle(pid, created=pid == row.id) for pid, row in zip(insert(rows), rows, strict=True)]

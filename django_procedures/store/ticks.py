@@ -62,7 +62,7 @@ def tick(now: datetime | None = None, *, batch_size: int = 500) -> TickReport:
         stuck: set[int] = set()  # ticked in this pass yet still due: passed over, so the pass ends
         while True:
             with transaction.atomic():
-                due = list(Schedule.objects.filter(broken.healthy_or_retry_due(moment), enabled=True,
+                due = list(Schedule._writer.filter(broken.healthy_or_retry_due(moment), enabled=True,
                                                    next_tick_at__lte=moment).exclude(id__in=stuck)
                            .select_for_update(skip_locked=True).order_by("id")[:batch_size])
                 stuck.update(_tick_batch(due, moment, report))
@@ -183,7 +183,7 @@ def write_ticked(schedules: list[Schedule]) -> None:
     if not schedules:
         return
     if not is_postgresql():
-        Schedule.objects.bulk_update(schedules, TICKED)
+        Schedule._writer.bulk_update(schedules, TICKED)
         return
     fields = [Schedule._meta.pk, *(Schedule._meta.get_field(name) for name in TICKED)]
     select, params = json_rows(fields, schedules)

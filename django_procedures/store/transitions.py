@@ -71,7 +71,7 @@ def lock_for_final(runs: Sequence[Ending]) -> None:
     """Lock what the final transitions of ``runs`` update, in the lock order: schedules, then parents."""
     schedules = sorted({r.schedule_id for r in runs if r.schedule_id is not None})
     if schedules:
-        list(Schedule.objects.select_for_update().filter(id__in=schedules).order_by("id")
+        list(Schedule._writer.select_for_update().filter(id__in=schedules).order_by("id")
              .values_list("id", flat=True))
     tree.lock_rows([r.parent_id for r in runs])
 

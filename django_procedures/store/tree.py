@@ -37,7 +37,7 @@ def lock_rows(ids: Sequence[Any]) -> None:
     """Lock rows in the one lock order: ancestors before descendants, then by id."""
     ids = [i for i in ids if i is not None]
     if ids:
-        list(ProcedureRun.objects.select_for_update().filter(id__in=ids).order_by("depth", "id")
+        list(ProcedureRun._writer.select_for_update().filter(id__in=ids).order_by("depth", "id")
              .values_list("id", flat=True))
 
 
@@ -49,7 +49,7 @@ def child_finished(child_id: uuid.UUID, parent_id: uuid.UUID | None, spawned_in:
     """
     if parent_id is None or not spawned_in:
         return
-    parent = (ProcedureRun.objects.filter(id=parent_id, suspension=spawned_in).exclude(status__in=FINAL)
+    parent = (ProcedureRun._writer.filter(id=parent_id, suspension=spawned_in).exclude(status__in=FINAL)
               .values("pending_children", "status", "queue").first())
     if parent is None:
         return
@@ -58,18 +58,18 @@ def child_finished(child_id: uuid.UUID, parent_id: uuid.UUID | None, spawned_in:
     if parent["status"] == RunStatus.WAITING and (left == 0 or failed):
         fields.update(status=RunStatus.READY, run_at=clock.now())
         notify([parent["queue"]])
-    ProcedureRun.objects.filter(id=parent_id).update(**fields)
+    ProcedureRun._writer.filter(id=parent_id).update(**fields)
 
 
 def children_of(parent_id: uuid.UUID, suspension: int) -> list[ChildResult]:
     """The finished children of the parent's suspension number ``suspension``."""
-    rows = (ProcedureRun.objects.filter(parent_id=parent_id, spawned_in=suspension, status__in=FINAL)
+    rows = (ProcedureRun._writer.filter(parent_id=parent_id, spawned_in=suspension, status__in=FINAL)
             .order_by("position").values_list("id", "type_name", "status", "output", "error"))
     return [ChildResult(*row) for row in rows]
 
 
 def unhandled_failures(parent_id: uuid.UUID, suspension: int) -> list[ChildResult]:
-    rows = (ProcedureRun.objects.filter(parent_id=parent_id, spawned_in=suspension, status__in=FAILED_CHILD,
+    rows = (ProcedureRun._writer.filter(parent_id=parent_id, spawned_in=suspension, status__in=FAILED_CHILD,
                                         failure_handled=False)
             .order_by("finished_at", "id").values_list("id", "type_name", "status", "output", "error"))
     return [ChildResult(*row) for row in rows]
@@ -77,9 +77,9 @@ def unhandled_failures(parent_id: uuid.UUID, suspension: int) -> list[ChildResul
 
 def subtree(procedure_id: uuid.UUID) -> list[uuid.UUID]:
     """``procedure_id`` and all its descendants."""
-    root = ProcedureRun.objects.filter(id=procedure_id).values_list("root_id", flat=True).first() or procedure_id
+    root = ProcedureRun._writer.filter(id=procedure_id).values_list("root_id", flat=True).first() or procedure_id
     children: dict[Any, list[Any]] = defaultdict(list)
-    for pid, parent in ProcedureRun.objects.filter(Q(root_id=root) | Q(id=root)).values_list("id", "parent_id"):
+    for pid, parent in ProcedureRun._writer.filter(Q(root_id=root) | Q(id=root)).values_list("id", "parent_id"):
         children[parent].append(pid)
     found, stack = [], [procedure_id]
     while stack:
@@ -100,18 +100,18 @@ def cancel_subtree(procedure_id: uuid.UUID, reason: str, *, include_self: bool =
     if not members:
         return []
     lock_rows(members)
-    unfinished = list(ProcedureRun.objects.filter(id__in=members).exclude(status__in=FINAL)
+    unfinished = list(ProcedureRun._writer.filter(id__in=members).exclude(status__in=FINAL)
                       .values_list("id", "type_name"))
     ids = [pid for pid, _ in unfinished]
     if not ids:
         return []
-    open_leases = Lease.objects.filter(procedure_id__in=ids, released_at__isnull=True)
+    open_leases = Lease._writer.filter(procedure_id__in=ids, released_at__isnull=True)
     open_leases.update(released_at=db_now(), outcome=LeaseOutcome.LOST)
-    ProcedureRun.objects.filter(id__in=ids).update(
+    ProcedureRun._writer.filter(id__in=ids).update(
         status=RunStatus.CANCELLED, lease_token=F("lease_token") + 1, lease_owner="", lease_expires_at=None,
         in_unsafe_step=False, waiting_for_keys=False, pending_children=0, finished_at=clock.now(), error=reason)
     if not include_self:  # its descendants are all final now: it waits for none of them any more
-        ProcedureRun.objects.filter(id=procedure_id).update(pending_children=0)
+        ProcedureRun._writer.filter(id=procedure_id).update(pending_children=0)
     locks.release(ids)
     for pid, type_name in unfinished:
         send_after_commit(signals.procedure_cancelled, procedure_id=pid, type_name=type_name)

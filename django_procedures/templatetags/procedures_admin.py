@@ -9,6 +9,7 @@ from django import template
 from django.contrib.admin.templatetags.base import InclusionAdminNode
 
 from django_procedures.admin.changelist import date_hierarchy
+from django_procedures.models.procedure_run import STATUS_CHOICES
 
 register = template.Library()
 
@@ -22,3 +23,12 @@ def procedures_date_hierarchy(parser: Any, token: Any) -> InclusionAdminNode:
     named = {"name": "procedures_date_hierarchy"} if _TAKES_NAME else {}
     return InclusionAdminNode(parser=parser, token=token, func=date_hierarchy, template_name="date_hierarchy.html",
                               takes_context=False, **named)
+
+
+_LABELS = dict(STATUS_CHOICES)
+
+
+@register.filter
+def status_label(status: str) -> str:
+    """A status as the filters and the procedure page name it: ``rolling_back`` reads ``rolling back``."""
+    return str(_LABELS.get(status, status))

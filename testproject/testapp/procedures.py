@@ -597,6 +597,53 @@ class RollsBackAfterPause(Procedure):
         _effect(ctx, "rollback")
 
 
+class Reports(Procedure):
+    """Reports progress: ``reports`` ([[done, total, note], ...]) in its atomic step ``count``, writes an
+    Effect row, then waits for the ``flag`` file (if given, calling ``ctx.ensure_active()``), then reports
+    ``after``; ``fail`` makes the step raise at its end (it fails for good)."""
+
+    type_name = "testapp.Reports"
+    retry = RetryPolicy(max_attempts=1)
+
+    @step
+    def count(self, ctx):
+        for done, total, note in self.state.get("reports", []):
+            ctx.progress(done, total, note)
+        _effect(ctx, "count")
+        if self.state.get("flag"):
+            deadline = time.monotonic() + 120
+            while not Path(self.state["flag"]).exists():
+                ctx.ensure_active()
+                if time.monotonic() > deadline:
+                    raise RuntimeError("flag never appeared")
+                time.sleep(0.02)
+        for done, total, note in self.state.get("after", []):
+            ctx.progress(done, total, note)
+        if self.state.get("fail"):
+            raise NonRetryable("failed after reporting")
+
+    @step
+    def quiet(self, ctx):
+        pass
+
+
+class PlainParent(Procedure):
+    """Spawns ``fanout`` leaves (``failing``: the indexes that fail), then ``report``s; no rollback, so a child's
+    failure leaves it ``failed`` (the default ``on_child_failed``)."""
+
+    type_name = "testapp.PlainParent"
+    retry = FAST_RETRY
+
+    @step
+    def spawn(self, ctx):
+        failing = set(self.state.get("failing", []))
+        return Status.suspended([Leaf({"n": i, "fail": i in failing}) for i in range(self.state.get("fanout", 2))])
+
+    @step
+    def report(self, ctx):
+        return Status.done(output=[c.status for c in ctx.children])
+
+
 class EnqueuesATask(Procedure):
     """Enqueues the ``add`` task of Django's Tasks framework from an atomic step; ``fail`` then fails the step."""
 

@@ -206,8 +206,8 @@ def seed_schedules() -> Schedule:
     schedules.pause(invoices, reason="billing API maintenance until 06:00")
     tick()
     drain()
-    Schedule.objects.filter(id=sync.id).update(runs=71, skips=2, overlaps=5, last_drift_ms=840)
-    Schedule.objects.filter(id=invoices.id).update(runs=3, failures=4, last_drift_ms=1_250,
+    Schedule._writer.filter(id=sync.id).update(runs=71, skips=2, overlaps=5, last_drift_ms=840)
+    Schedule._writer.filter(id=invoices.id).update(runs=3, failures=4, last_drift_ms=1_250,
                                                    last_tick_at=timezone.now() - timedelta(hours=2))
     return nightly
 

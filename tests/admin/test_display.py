@@ -68,3 +68,37 @@ def test_pretty_json_keeps_non_ascii_and_cuts_long_values():
     text = pretty_json({"blob": "x" * 500}, limit=100)
     assert text.startswith('{\n  "blob": "xxx') and "more characters not shown" in text
     assert json.loads(pretty_json([1, {"a": None}])) == [1, {"a": None}]
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0, "0ms"), (0.0004, "0ms"), (0.0123, "12ms"), (0.999, "999ms"), (1, "1.0s"), (2.46, "2.4s"), (9.99, "9.9s"),
+    (10, "10s"), (75, "1m 15s"), (-3, "0ms"),
+])
+def test_elapsed_is_precise_under_ten_seconds(seconds, text):
+    from django_procedures.admin.display import elapsed
+
+    assert elapsed(seconds) == text
+
+
+def test_a_sub_second_run_does_not_read_0s():
+    from django_procedures.admin.display import run_duration
+
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    assert run_duration(start, start + timedelta(milliseconds=250), start) == "250ms"
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    (("done", 3, 0, 0, 0), "—"),
+    (("ready", 1, 0, 0, 0), "0 attempts"),
+    (("running", 1, 0, 0, 0), "1 attempt: 1 running now"),
+    (("retrying", 3, 2, 0, 0), "2 attempts: 2 failed"),
+    (("failed", 4, 3, 0, 0), "3 attempts: 3 failed"),
+    (("ready", 4, 0, 1, 0), "3 attempts: 1 lost with their worker"),
+    # After a manual retry the budget restarts but the count goes on: say which attempts came before it.
+    (("failed", 5, 1, 0, 1), "4 attempts: 1 failed since the last manual retry, 3 before the manual retry"),
+    (("running", 5, 0, 0, 2), "5 attempts: 1 running now, 4 before 2 manual retries"),
+])
+def test_attempts_text(args, text):
+    from django_procedures.admin.display import attempts_text
+
+    assert attempts_text(*args) == text

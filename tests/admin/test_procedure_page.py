@@ -69,7 +69,7 @@ def test_backing_off_and_unknown_types(operator_client):
         operator_client.get(page_url(flaky.id)))
 
     orphan = ThreeSteps.submit()
-    ProcedureRun.objects.filter(id=orphan.id).update(type_name="gone.Renamed")
+    ProcedureRun._writer.filter(id=orphan.id).update(type_name="gone.Renamed")
     text = text_of(operator_client.get(page_url(orphan.id)))
     assert "no running worker knows its type gone.Renamed" in text
     assert "not registered in this process" in text
@@ -78,7 +78,7 @@ def test_backing_off_and_unknown_types(operator_client):
 def test_step_timeline_and_lease_history(operator_client):
     flaky = Flaky.submit({"fail_times": 1})
     drain()
-    ProcedureRun.objects.filter(id=flaky.id).update(run_at="2000-01-01T00:00Z")
+    ProcedureRun._writer.filter(id=flaky.id).update(run_at="2000-01-01T00:00Z")
     drain()
     response = operator_client.get(page_url(flaky.id))
     html = response.content.decode()

@@ -63,7 +63,7 @@ def test_the_list_shows_mode_cadence_next_tick_runs_metrics_and_pause_state(clie
     make("nightly", cron="0 3 * * *", timezone="Europe/Berlin", missed="catch_up", max_pending=2)
     overlapping = make("overlapping", mode="fixed_rate_overlap", max_concurrency=3, period=MIN)
     make("after-each", mode="fixed_delay", period=10 * MIN)
-    Schedule.objects.filter(id=overlapping.id).update(runs=12, skips=3, overlaps=4, failures=2, active_runs=2,
+    Schedule._writer.filter(id=overlapping.id).update(runs=12, skips=3, overlaps=4, failures=2, active_runs=2,
                                                       last_drift_ms=1250, pending_ticks=[T0.isoformat()])
     schedules.pause("after-each", reason="the API is down")
 
@@ -102,7 +102,7 @@ def test_filters_by_mode_and_enabled_and_search_by_name_or_procedure(client):
 
 def test_the_query_count_of_the_list_does_not_grow_with_the_rows(client):
     def queries_for(n):
-        Schedule.objects.all().delete()
+        Schedule._writer.all().delete()
         for i in range(n):
             make(f"s{i:03}", **({"cron": "*/5 * * * *"} if i % 2 else {}))
         schedules.pause("s000")
@@ -159,7 +159,7 @@ def test_the_procedure_field_offers_the_registered_types(client):
     select = re.search(r'<select name="procedure"[^>]*>(.*?)</select>', html, re.S).group(1)
     assert f'<option value="{Heartbeat.type_name}">' in select and f'value="{Refuses.type_name}"' in select
     stale = make("stale")
-    Schedule.objects.filter(id=stale.id).update(procedure="gone.Type")
+    Schedule._writer.filter(id=stale.id).update(procedure="gone.Type")
     html = client.get(schedule_url(stale.id)).content.decode()
     assert '<option value="gone.Type" selected>gone.Type (not registered in this process)</option>' in html
 
@@ -187,7 +187,7 @@ def test_editing_writes_the_definition_and_never_the_metrics(client):
     assert 'name="enabled"' not in page  # pausing is an action with its own permission
 
     tick(T0)  # while the form is open, a run starts and the metrics move
-    Schedule.objects.filter(id=s.id).update(skips=7)
+    Schedule._writer.filter(id=s.id).update(skips=7)
     response = client.post(schedule_url(s.id), {**VALID, "name": "beat", "queue": "emails", "runs": "999",
                                                 "skips": "0", "enabled": ""})
     assert response.status_code == 302
@@ -257,7 +257,7 @@ def test_empty_state_and_initial_delay_mean_none(client):
 
 def test_a_schedule_that_cannot_tick_shows_why_in_the_list_and_on_its_page(client):
     s = make("gone")
-    Schedule.objects.filter(id=s.id).update(procedure="gone.Removed")  # stored past validation
+    Schedule._writer.filter(id=s.id).update(procedure="gone.Removed")  # stored past validation
     tick(T0)
     listing = client.get(schedules_url()).content.decode()
     assert re.search(r'class="proc-badge proc-failed sched-error"[^>]*>cannot tick</span>'

@@ -38,7 +38,7 @@ def with_runs(name: str) -> tuple[Schedule, ProcedureRun, ProcedureRun]:
     s = make(name)
     schedules.trigger(s)
     drain()
-    Schedule.objects.filter(pk=s.pk).update(max_concurrency=2, mode="fixed_rate_overlap")
+    Schedule._writer.filter(pk=s.pk).update(max_concurrency=2, mode="fixed_rate_overlap")
     schedules.trigger(s)
     done, ready = (ProcedureRun.objects.get(schedule=s, status=st) for st in ("done", "ready"))
     return s, done, ready

@@ -37,9 +37,9 @@ def broken_schedules() -> list[Schedule]:
     zone = register_schedule("zone", Heartbeat, cron="* * * * *", timezone="Europe/Berlin")[0]
     overflow = register_schedule("overflow", Heartbeat, period=SECOND)[0]
     gone = register_schedule("gone", Heartbeat, period=SECOND)[0]
-    Schedule.objects.filter(id=zone.id).update(timezone="Mars/Olympus", next_tick_at=timezone.now())
-    Schedule.objects.filter(id=overflow.id).update(period=timedelta(days=3_000_000))
-    Schedule.objects.filter(id=gone.id).update(procedure="gone.Removed")
+    Schedule._writer.filter(id=zone.id).update(timezone="Mars/Olympus", next_tick_at=timezone.now())
+    Schedule._writer.filter(id=overflow.id).update(period=timedelta(days=3_000_000))
+    Schedule._writer.filter(id=gone.id).update(procedure="gone.Removed")
     return [zone, overflow, gone]
 
 
@@ -103,7 +103,7 @@ def refused_updates_of_poisoned_rows(transactional_db):
 def test_a_failing_maintenance_pass_does_not_stop_claiming(workers, refused_updates_of_poisoned_rows):
     poisoned = ThreeSteps.submit()
     # A run whose lease expired, which the recovery sweep cannot write back: every maintenance pass fails.
-    ProcedureRun.objects.filter(id=poisoned.id).update(status="running", lease_token=1, lease_owner="gone",
+    ProcedureRun._writer.filter(id=poisoned.id).update(status="running", lease_token=1, lease_owner="gone",
                                                        lease_expires_at=timezone.now() - HOUR,
                                                        type_name="testapp.Poisoned")
     submitted = ThreeSteps.submit()

@@ -442,7 +442,7 @@ def test_cancelling_a_tree_whose_parent_and_child_run_on_one_worker(workers, tmp
     submitted = Spawner.submit({"tolerant": True, "marker": str(marker), "sleep": {"on_child_failed": 60},
                                 "poll": True, "children": [failing, sleeper]})
     parent_id = uuid.UUID(int=2**128 - 1)  # larger than any child's id
-    ProcedureRun.objects.filter(id=submitted.id).update(id=parent_id)
+    ProcedureRun._writer.filter(id=submitted.id).update(id=parent_id)
     a = workers.start("--concurrency", "3", lease_seconds=6.0, procedures=FAST)
     b = workers.start("--queues", "elsewhere", lease_seconds=6.0, procedures=FAST)
     wait_for(lambda: read_pid(Path(f"{marker}.on_child_failed")) and read_pid(Path(f"{child_marker}.work")),

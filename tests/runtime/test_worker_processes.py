@@ -183,7 +183,7 @@ def test_sigterm_releases_the_lease_for_another_worker(workers, tmp_path):
 
     # Let the next run of step two be quick (the procedure is ready: no worker holds it).
     state = dict(row.state, sleep={})
-    ProcedureRun.objects.filter(id=handle.id, status="ready").update(state=state)
+    ProcedureRun._writer.filter(id=handle.id, status="ready").update(state=state)
     b = workers.start("--burst", lease_seconds=600, procedures=FAST)
     assert b.wait(30) == 0
 
@@ -252,7 +252,7 @@ def test_step_that_kills_its_worker_fails_as_poisonous(workers):
 
 
 def test_worker_without_the_type_leaves_it_for_one_that_has_it(workers):
-    row = ProcedureRun.objects.create(type_name="testapp.OnlySomeWorkers", step_name="run",
+    row = ProcedureRun._writer.create(type_name="testapp.OnlySomeWorkers", step_name="run",
                                       run_at=timezone.now(), state={})
     old = workers.start("--burst", procedures=FAST)
     assert old.wait(30) == 0

@@ -33,7 +33,7 @@ def make(name: str, **options) -> Schedule:
 
 
 def store_past_validation(schedule: Schedule, **fields) -> None:
-    Schedule.objects.filter(pk=schedule.pk).update(**fields)
+    Schedule._writer.filter(pk=schedule.pk).update(**fields)
 
 
 def fresh(schedule: Schedule) -> Schedule:

@@ -139,7 +139,7 @@ def test_unserialisable_checkpoint_fails_the_attempt_naming_the_key():
 
 
 def test_a_removed_step_parks_the_procedure():
-    run = ProcedureRun.objects.create(type_name=ThreeSteps.type_name, step=1, step_name="two_renamed",
+    run = ProcedureRun._writer.create(type_name=ThreeSteps.type_name, step=1, step_name="two_renamed",
                                       run_at=T0, state={})
     drain(now=T0)
     run.refresh_from_db()
@@ -150,7 +150,7 @@ def test_a_removed_step_parks_the_procedure():
 
 
 def test_unknown_types_are_left_alone():
-    run = ProcedureRun.objects.create(type_name="elsewhere.NotHere", step_name="x", run_at=T0)
+    run = ProcedureRun._writer.create(type_name="elsewhere.NotHere", step_name="x", run_at=T0)
     report = drain(now=T0)
     assert report.claimed == 0
     run.refresh_from_db()
@@ -209,7 +209,7 @@ class StolenDuringStep(Procedure):
 
     @step(atomic=False)
     def slow(self, ctx):
-        ProcedureRun.objects.filter(id=ctx.procedure_id).update(lease_token=F("lease_token") + 1)
+        ProcedureRun._writer.filter(id=ctx.procedure_id).update(lease_token=F("lease_token") + 1)
         self.state["late"] = True
 
 

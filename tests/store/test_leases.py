@@ -42,7 +42,7 @@ def test_claim_filters_queues():
 def test_renew_extends_only_leases_still_held():
     ThreeSteps.submit_many([{}] * 2)
     a, b = claim("w", type_names=TYPES, limit=2, lease_seconds=5)
-    ProcedureRun.objects.filter(id=b.id).update(lease_token=b.lease_token + 1)  # taken over
+    ProcedureRun._writer.filter(id=b.id).update(lease_token=b.lease_token + 1)  # taken over
     held = renew([(a.id, a.lease_token), (b.id, b.lease_token)], lease_seconds=60)
     assert held == {(a.id, a.lease_token)}
     expires = ProcedureRun.objects.get(id=a.id).lease_expires_at
@@ -53,7 +53,7 @@ def test_renew_extends_only_leases_still_held():
 def test_sweep_returns_expired_leases_and_records_the_lost_attempt():
     handle = ThreeSteps.submit()
     (c,) = claim("dead-worker", type_names=TYPES, limit=1, lease_seconds=30)
-    ProcedureRun.objects.filter(id=c.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    ProcedureRun._writer.filter(id=c.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert sweep_expired().resumed == 1
     run = ProcedureRun.objects.get(id=handle.id)
     assert (run.status, run.lease_token, run.attempt, run.lost, run.lease_owner) == ("ready", 2, 2, 1, "")
@@ -71,7 +71,7 @@ def test_sweep_returns_expired_leases_and_records_the_lost_attempt():
 def test_sweep_parks_a_procedure_lost_inside_a_non_idempotent_step():
     handle = ChargeCard.submit()
     (c,) = claim("dead-worker", type_names=TYPES, limit=1, lease_seconds=30)
-    ProcedureRun.objects.filter(id=c.id).update(in_unsafe_step=True,
+    ProcedureRun._writer.filter(id=c.id).update(in_unsafe_step=True,
                                                 lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert sweep_expired().parked == 1
     run = ProcedureRun.objects.get(id=handle.id)

@@ -64,7 +64,7 @@ def test_a_run_in_no_workers_hands_is_enforced_too(status):
     tick(T0)
     started = start_run(T0)
     # Waiting for its children, retrying after a failed attempt, or released at a shutdown: no lease.
-    ProcedureRun.objects.filter(id=started.id).update(status=status, lease_owner="", lease_expires_at=None)
+    ProcedureRun._writer.filter(id=started.id).update(status=status, lease_owner="", lease_expires_at=None)
     with clock.frozen_at(T0 + LIMIT + timedelta(seconds=1)):
         assert maintain().timed_out == 1
     assert status_of(s) == "cancelled"
@@ -101,7 +101,7 @@ def test_a_failing_recovery_sweep_does_not_stop_the_rest_of_the_maintenance_pass
     tick(T0)
     start_run(T0)
     poisoned = Heartbeat.submit()
-    ProcedureRun.objects.filter(id=poisoned.id).update(status="running", lease_token=1, lease_owner="gone",
+    ProcedureRun._writer.filter(id=poisoned.id).update(status="running", lease_token=1, lease_owner="gone",
                                                        lease_expires_at=timezone.now() - timedelta(hours=1),
                                                        type_name="testapp.Poisoned", schedule=None)
     with connection.cursor() as cursor:  # rolled back with the test's transaction

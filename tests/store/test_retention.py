@@ -15,7 +15,7 @@ NOW = datetime(2030, 6, 1, tzinfo=UTC)
 
 def finished(days_ago, status="done", parent=None):
     at = NOW - timedelta(days=days_ago)
-    return ProcedureRun.objects.create(type_name="x", status=status, run_at=at, finished_at=at, parent=parent,
+    return ProcedureRun._writer.create(type_name="x", status=status, run_at=at, finished_at=at, parent=parent,
                                        root=(parent.root or parent) if parent else None)
 
 
@@ -44,7 +44,7 @@ def test_prunes_whole_old_trees_with_their_steps_and_leases():
 
 def test_never_prunes_a_tree_with_an_unfinished_member():
     root = finished(30, status="failed")
-    ProcedureRun.objects.create(type_name="x", status="running", run_at=NOW, parent=root, root=root)
+    ProcedureRun._writer.create(type_name="x", status="running", run_at=NOW, parent=root, root=root)
     assert "pruned 0 trees" in prune("--older-than", "7d")
     assert ProcedureRun.objects.count() == 2
 
@@ -84,3 +84,29 @@ def test_unfinished_procedures_are_never_touched():
     Refuses.submit()  # ready
     prune("--older-than", "1s")
     assert ProcedureRun.objects.count() == 1
+
+
+def test_prunes_old_rows_of_stopped_and_gone_workers_never_live_ones():
+    from django_procedures.models import Worker
+    from django_procedures.policy.workers import StopReason
+    from django_procedures.store import workers
+
+    def start(name):
+        return workers.register(worker_id=name, hostname="h", pid=1, version="", queues=None, concurrency=1,
+                                lease_seconds=30)
+
+    old_stopped, old_gone, recent_stopped, alive = start("old-stopped"), start("old-gone"), start("recent"), start("a")
+    workers.stop(old_stopped, StopReason.SIGTERM)
+    workers.stop(recent_stopped, StopReason.BURST)
+    long_ago = NOW - timedelta(days=30)
+    Worker._writer.filter(id__in=[old_stopped, old_gone]).update(last_seen_at=long_ago)
+    # Gone: its renewal window closed (judged on the database's clock, which drain/tick's `now` does not move).
+    Worker._writer.filter(id=old_gone).update(alive_until=datetime.now(UTC) - timedelta(minutes=1))
+    Worker._writer.filter(id=recent_stopped).update(last_seen_at=NOW - timedelta(days=1))
+    # Seen long ago by the recorded clock, but its renewal window (database clock) is still open: alive.
+    Worker._writer.filter(id=alive).update(last_seen_at=long_ago)
+
+    assert "would delete 2 worker rows" in prune("--older-than", "7d", "--dry-run")
+    assert Worker.objects.count() == 4
+    assert "and 2 worker rows" in prune("--older-than", "7d")
+    assert sorted(Worker.objects.values_list("worker_id", flat=True)) == ["a", "recent"]

@@ -90,8 +90,8 @@ def test_fixed_delay_sets_the_next_tick_when_the_run_finishes():
 def test_two_tickers_never_start_a_tick_twice():
     s = make()
     tick(T0)
-    ProcedureRun.objects.filter(schedule=s).update(status="done")  # free the slot by hand
-    Schedule.objects.filter(id=s.id).update(next_tick_at=T0, active_runs=0)  # as if a second beat raced
+    ProcedureRun._writer.filter(schedule=s).update(status="done")  # free the slot by hand
+    Schedule._writer.filter(id=s.id).update(next_tick_at=T0, active_runs=0)  # as if a second beat raced
     tick(T0)
     assert ProcedureRun.objects.filter(schedule=s, tick_at=T0).count() == 1
 
@@ -185,7 +185,7 @@ def test_save_schedule_writes_only_the_changed_definition_and_keeps_the_metrics(
     s = make()
     edited = Schedule.objects.get(id=s.id)  # as the admin's form loaded it
     tick(T0)  # meanwhile: a run starts, metrics and the next tick move
-    Schedule.objects.filter(id=s.id).update(skips=4)
+    Schedule._writer.filter(id=s.id).update(skips=4)
     edited.queue, edited.state = "emails", {"to": "ops"}
     with clock.frozen_at(T0 + timedelta(seconds=5)):
         stored, changed = schedules.save_schedule(edited)
@@ -236,5 +236,5 @@ def test_database_constraints_back_the_validation():
     from django.db import IntegrityError, transaction
 
     with pytest.raises(IntegrityError), transaction.atomic():
-        Schedule.objects.create(name="x", procedure=Heartbeat.type_name, period=MIN, mode="fixed_rate",
+        Schedule._writer.create(name="x", procedure=Heartbeat.type_name, period=MIN, mode="fixed_rate",
                                 max_concurrency=5)

@@ -21,10 +21,10 @@ def make(name: str, **options) -> Schedule:
 
 def test_one_batch_skips_the_bad_schedule_and_counts_only_the_runs_it_inserted(caplog):
     bad, raced = make("bad"), make("raced")
-    Schedule.objects.filter(id=bad.id).update(procedure="nope.Nope")
+    Schedule._writer.filter(id=bad.id).update(procedure="nope.Nope")
     tick(T0)  # "raced" gets its T0 run; then it is put back as if a second beat had not seen it yet
-    ProcedureRun.objects.update(status="done")
-    Schedule.objects.filter(id=raced.id).update(next_tick_at=T0, active_runs=0, last_tick_at=None)
+    ProcedureRun._writer.update(status="done")
+    Schedule._writer.filter(id=raced.id).update(next_tick_at=T0, active_runs=0, last_tick_at=None)
     good = [make(f"good-{i}", state={"n": i}) for i in range(3)]
 
     report = tick(T0 + timedelta(seconds=30), batch_size=10)
@@ -46,7 +46,7 @@ def test_one_batch_skips_the_bad_schedule_and_counts_only_the_runs_it_inserted(c
 def test_every_due_schedule_ticks_once_over_several_batches_despite_a_bad_one():
     for i in range(7):
         make(f"s{i}")
-    Schedule.objects.filter(name="s3").update(procedure="nope.Nope")
+    Schedule._writer.filter(name="s3").update(procedure="nope.Nope")
     report = tick(T0, batch_size=2)
     assert (report.schedules, report.started, len(report.errors)) == (6, 6, 1)
     assert ProcedureRun.objects.count() == 6

@@ -66,7 +66,7 @@ def test_a_failed_child_fails_its_parent_and_cancels_its_unfinished_siblings():
     (parent,) = claim("w", type_names=[Parent.type_name], limit=1, lease_seconds=30)
     execute(RunningClaim(parent))
     first_child = ProcedureRun.objects.get(parent_id=handle.id, position=0)
-    ProcedureRun.objects.filter(parent_id=handle.id).exclude(id=first_child.id).update(run_at="2100-01-01T00:00Z")
+    ProcedureRun._writer.filter(parent_id=handle.id).exclude(id=first_child.id).update(run_at="2100-01-01T00:00Z")
     drain()  # runs the failing child; the parent wakes at once, its hook raises
     run = ProcedureRun.objects.get(id=handle.id)
     assert run.status == "rolled_back"  # Parent defines rollback
@@ -203,7 +203,7 @@ def test_a_worker_lost_during_a_rollback_is_recovered_like_any_other():
     (c,) = claim("w", type_names=[Compensated.type_name], limit=1, lease_seconds=30)
     fence.fail_attempt(c, None, "boom", "", FailDecision("boom", True), rollback=True)
     assert ProcedureRun.objects.get(id=handle.id).status == "rolling_back"
-    ProcedureRun.objects.filter(id=handle.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    ProcedureRun._writer.filter(id=handle.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert maintain().resumed == 1
     drain()
     run = ProcedureRun.objects.get(id=handle.id)
@@ -267,7 +267,7 @@ def test_a_worker_lost_too_often_during_the_rollback_keeps_both_errors():
 
     fence.fail_attempt(c, None, "NonRetryable: the supplier said no", "", FailDecision("x", True), rollback=True)
     fence.release(c)
-    ProcedureRun.objects.filter(id=handle.id).update(lost=Compensated.retry.max_lost)
+    ProcedureRun._writer.filter(id=handle.id).update(lost=Compensated.retry.max_lost)
     drain()
     run = ProcedureRun.objects.get(id=handle.id)
     assert run.status == "failed"

@@ -32,8 +32,8 @@ def test_wake_stranded_wakes_exactly_the_waiters_whose_keys_are_free_in_constant
     assert len(queries) <= 2, [q["sql"] for q in queries]
 
     # A waiter whose key nobody holds any more (its wake-up was missed) is woken; the others stay.
-    ProcedureRun.objects.filter(id=holders[0].id).update(status="done")
-    locks.KeyRequest.objects.filter(procedure_id=holders[0].id).delete()
+    ProcedureRun._writer.filter(id=holders[0].id).update(status="done")
+    locks.KeyRequest._writer.filter(procedure_id=holders[0].id).delete()
     with CaptureQueriesContext(connection) as queries:
         woken = locks.wake_stranded()
     assert len(queries) <= 5, [q["sql"] for q in queries]  # + the update and the NOTIFY

@@ -11,14 +11,15 @@ from django_procedures import clock
 from django_procedures.conf import conf
 from django_procedures.policy.durations import parse_duration
 from django_procedures.policy.status import FINAL
-from django_procedures.store import retention
+from django_procedures.store import retention, workers
 
 #: Trees deleted in one transaction at most: a larger batch holds its locks and its WAL for too long.
 MAX_BATCH_SIZE = 10_000
 
 
 class Command(BaseCommand):
-    help = "Delete whole finished procedure trees (with their steps and leases) older than a given age."
+    help = ("Delete whole finished procedure trees (with their steps and leases) older than a given age, and the "
+            "rows of workers stopped or gone since before then.")
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--older-than", default=None,
@@ -59,6 +60,8 @@ class Command(BaseCommand):
             found = retention.count(cutoff, statuses)
             self.stdout.write(f"would delete {found.trees} trees finished before {cutoff:%Y-%m-%d %H:%M:%S %Z}: "
                               f"{found.procedures} procedures, {found.steps} steps, {found.leases} leases")
+            self.stdout.write(f"would delete {workers.prune(cutoff, dry_run=True)} worker rows "
+                              "(stopped or gone, last seen before then)")
             return
         total = retention.PruneBatch(0, 0, 0, 0)
         while True:
@@ -70,5 +73,7 @@ class Command(BaseCommand):
                 (batch.trees, batch.procedures, batch.steps, batch.leases), strict=True)))
             self.stdout.write(f"deleted {total.trees} trees so far ({total.procedures} procedures, "
                               f"{total.steps} steps, {total.leases} leases)")
+        gone = workers.prune(cutoff)
         self.stdout.write(self.style.SUCCESS(
-            f"pruned {total.trees} trees finished before {cutoff:%Y-%m-%d %H:%M:%S %Z}"))
+            f"pruned {total.trees} trees finished before {cutoff:%Y-%m-%d %H:%M:%S %Z}, and {gone} worker rows "
+            "(stopped or gone, last seen before then)"))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -39,6 +41,10 @@ class Command(BaseCommand):
                             help="Also run a scheduling pass every PROCEDURES['TICK_SECONDS'] (safe beside Celery "
                                  "beat and other workers doing the same).")
         parser.add_argument("--worker-id", default="", help="Name of this worker in leases and logs.")
+        parser.add_argument("--metrics-port", type=int, default=None,
+                            help="Serve Prometheus metrics at http://HOST:PORT/metrics (needs the [prometheus] extra).")
+        parser.add_argument("--metrics-host", default="0.0.0.0",
+                            help="Address the metrics server listens on (default: 0.0.0.0, every interface).")
 
     def handle(self, *args: Any, **options: Any) -> None:
         sqlite = connection.vendor == "sqlite"
@@ -85,6 +91,30 @@ class Command(BaseCommand):
                                       lease_seconds=lease, shutdown_timeout=shutdown_timeout,
                                       worker_id=worker_id, with_scheduler=options["with_scheduler"]))
         try:
-            worker.run()
+            if options["metrics_port"] is None:
+                worker.run()
+                return
+            with serving_metrics(worker, options["metrics_host"], options["metrics_port"]):
+                worker.run()
         except ProceduresNotMigrated as error:
             raise CommandError(str(error)) from error
+
+
+@contextmanager
+def serving_metrics(worker: Worker, host: str, port: int) -> Iterator[None]:
+    """Count the worker's metrics and serve them while the block runs; a port in use is a ``CommandError``."""
+    from django_procedures.runtime import metrics, observe
+
+    if not 0 <= port <= 65535:
+        raise CommandError(f"--metrics-port must be between 0 and 65535; got {port}")
+    try:
+        counted = metrics.WorkerMetrics(worker.busy_threads)
+        server = metrics.MetricsServer(counted, host, port)
+    except (metrics.MetricsUnavailable, OSError) as error:
+        raise CommandError(str(error)) from None
+    observe.observers.append(counted)
+    try:
+        yield
+    finally:
+        observe.observers.remove(counted)
+        server.close()

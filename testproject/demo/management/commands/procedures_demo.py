@@ -32,12 +32,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
-from django_procedures import register_schedule
+from django_procedures import RunStatus, pause_schedule, register_schedule
 from django_procedures.models import Lease, ProcedureRun, Schedule, Step
-from django_procedures.policy.status import FINAL
-from django_procedures.store import schedules
 from testproject.demo.procedures import ChargeInvoice, ProvisionTenant, RefreshRates, SyncToCRM
 
+FINAL = [status for status in RunStatus if status.is_final]
 SCHEDULE = "refresh-rates"
 SCHEDULED_RUNS = 3
 #: The demo worker's PROCEDURES['TICK_SECONDS'] (default 1 s): a pass four times a second, so runs start close to
@@ -81,7 +80,7 @@ class Command(BaseCommand):
             schedule, _ = register_schedule(SCHEDULE, RefreshRates, period=timedelta(seconds=1))  # due at once
             worker.until(lambda: ProcedureRun.objects.filter(schedule=schedule, status="done").count()
                          >= SCHEDULED_RUNS, f"the schedule to run {SCHEDULED_RUNS} times")
-            schedules.pause(SCHEDULE, reason="the demo is over")
+            pause_schedule(SCHEDULE, reason="the demo is over")
             worker.until(lambda: Schedule.objects.get(name=SCHEDULE).active_runs == 0, "the last scheduled run to end")
             returncode = worker.stop()
         self.stdout.write(f"Started a real worker and submitted {len(submitted)} procedures; once they had ended, "

@@ -1,0 +1,103 @@
+"""Worker metrics for Prometheus (extra ``[prometheus]``), served at ``/metrics`` by ``--metrics-port``.
+
+Counted in-process from :mod:`~django_procedures.runtime.observe`; only
+imported when a metrics port is given, so the core never needs
+``prometheus_client``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django_procedures import clock
+
+logger = logging.getLogger("django_procedures.worker")
+
+#: Step durations: from 5 ms to 10 minutes.
+STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+#: Time from due (``run_at``) to claimed: from 1 ms to 1 hour.
+PICKUP_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+#: Outcome values (``runtime.running.Outcome``) that finish a procedure, and the status it finished with.
+FINISHED = {"completed": "done", "failed": "failed", "rolled_back": "rolled_back"}
+
+
+class MetricsUnavailable(RuntimeError):
+    """``prometheus_client`` is not installed."""
+
+
+def require_client() -> Any:
+    try:
+        import prometheus_client
+    except ImportError:
+        raise MetricsUnavailable("--metrics-port needs prometheus-client: pip install 'django-procedures[prometheus]'"
+                                 ) from None
+    return prometheus_client
+
+
+class WorkerMetrics:
+    """One worker's counters and histograms, in a registry of their own (an observer of ``runtime.observe``)."""
+
+    def __init__(self, busy_threads: Callable[[], int]) -> None:
+        client = require_client()
+        self.registry = registry = client.CollectorRegistry(auto_describe=True)
+        self.steps = client.Counter("django_procedures_steps", "Step attempts ended by this worker, by outcome "
+                                    "(the Step statuses done, failed, lost).", ["type", "outcome"], registry=registry)
+        self.finished = client.Counter("django_procedures_procedures_finished", "Procedures this worker brought to "
+                                       "a final status.", ["type", "status"], registry=registry)
+        self.step_duration = client.Histogram("django_procedures_step_duration_seconds", "Duration of ended step "
+                                              "attempts (done or failed).", ["type"], buckets=STEP_BUCKETS,
+                                              registry=registry)
+        self.pickup_delay = client.Histogram("django_procedures_pickup_delay_seconds", "From due (run_at) to "
+                                             "claimed by this worker.", buckets=PICKUP_BUCKETS, registry=registry)
+        self.claims = client.Counter("django_procedures_claims", "Procedures claimed by this worker.",
+                                     registry=registry)
+        self.leases_lost = client.Counter("django_procedures_leases_lost", "Claims whose lease this worker lost "
+                                          "(taken over, cancelled, renewal timed out).", registry=registry)
+        self.fenced_writes = client.Counter("django_procedures_fenced_writes", "Writes refused by the fence "
+                                            "because the lease had moved (their result dropped).", registry=registry)
+        busy = client.Gauge("django_procedures_busy_threads", "Executor threads running a procedure now.",
+                            registry=registry)
+        busy.set_function(busy_threads)
+
+    # -- observer methods (runtime.observe) -----------------------------------------------
+
+    def claimed(self, claims: Sequence[Any]) -> None:
+        now = clock.now()
+        self.claims.inc(len(claims))
+        for c in claims:
+            if getattr(c, "run_at", None) is not None:
+                self.pickup_delay.observe(max(0.0, (now - c.run_at).total_seconds()))
+
+    def step_ended(self, type_name: str, outcome: str, seconds: float) -> None:
+        self.steps.labels(type_name, outcome).inc()
+        self.step_duration.labels(type_name).observe(seconds)
+
+    def outcome(self, type_name: str, value: str) -> None:
+        if value in FINISHED:
+            self.finished.labels(type_name, FINISHED[value]).inc()
+        elif value == "lost":
+            self.leases_lost.inc()
+            self.steps.labels(type_name, "lost").inc()
+
+    def fenced_write(self, type_name: str) -> None:
+        self.fenced_writes.inc()
+
+
+class MetricsServer:
+    """``/metrics`` over HTTP on a thread of its own; ``OSError`` (with a sentence) if the port is taken."""
+
+    def __init__(self, metrics: WorkerMetrics, host: str, port: int) -> None:
+        client = require_client()
+        try:
+            self.server, self.thread = client.start_http_server(port, addr=host, registry=metrics.registry)
+        except OSError as error:
+            raise OSError(error.errno, f"cannot serve metrics on {host}:{port}: {error.strerror or error} (is "
+                          "another process using that port? choose another with --metrics-port)") from error
+        self.address = self.server.server_address
+        logger.info("serving Prometheus metrics at http://%s:%s/metrics", host, self.address[1])
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
