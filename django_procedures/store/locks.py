@@ -199,7 +199,7 @@ class FoundDeadlock(NamedTuple):
 
 
 def deadlocks() -> list[FoundDeadlock]:
-    """Cycles of trees waiting for each other's keys, as of one moment.
+    """Cycles of trees waiting for each other's keys, as of one moment, in the order to break them.
 
     Procedures wait for each other as ``policy.locks.waits_for`` says: a
     waiter for whoever blocks it (holders, and older conflicting waiters ahead
@@ -227,15 +227,18 @@ def deadlocks() -> list[FoundDeadlock]:
     for request in requests:
         if not request.granted:
             waiting[request.tree].add(request.procedure)
+    cycles = tree_deadlocks(requests, lenders)
+    created = dict(ProcedureRun._writer.filter(id__in={t for c in cycles for t in c.trees})
+                   .values_list("id", "created_at"))
     found = []
-    for cycle in tree_deadlocks(requests, lenders):
-        created = dict(ProcedureRun._writer.filter(id__in=cycle.trees).values_list("id", "created_at"))
-        youngest = max(cycle.trees, key=lambda t: (created.get(t), str(t)))
+    for cycle in cycles:
+        youngest = max(cycle.trees, key=lambda t: (created[t], str(t)))
         parts = [f"tree {waiter} waits for {key!r} behind tree {holder}" for waiter, key, holder in cycle.edges]
         message = f"lock key deadlock: {'; '.join(parts)}; failing the younger tree {youngest}"
         found.append(FoundDeadlock(frozenset(cycle.trees), youngest, sorted(waiting[youngest], key=str),
                                    message))
-    return found
+    # The cycle whose younger tree is the oldest first: failing that tree may end later cycles through it.
+    return sorted(found, key=lambda d: (created[d.youngest], str(d.youngest)))
 
 
 __all__ = ["FoundDeadlock", "ancestors", "deadlocks", "grant_due", "release", "wake_stranded"]
