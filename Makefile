@@ -18,6 +18,8 @@
 #                            (pytest-randomly): '-p no:randomly' for file order, '--randomly-seed=N' to repeat
 #                            the order of a run that printed "Using --randomly-seed=N"
 #   COVERAGE                 pytest-cov arguments of the PostgreSQL leg (COVERAGE= turns coverage off)
+#   XDIST                    pytest-xdist arguments of the PostgreSQL legs (default '-n 2 --dist loadfile': two
+#                            pytest processes, each with its own test database; XDIST= runs them in one)
 #   PYTHON, PYTHON_DJANGO6   interpreters for the two virtualenvs (found on PATH or through pyenv)
 
 SHELL := /bin/bash
@@ -44,6 +46,12 @@ DEMO_URL := sqlite:///var/demo.sqlite3
 DJANGO6_TEST_DB := $(if $(PROCEDURES_TEST_DB_NAME),$(PROCEDURES_TEST_DB_NAME)_django6,test_procedures_django6)
 PYTEST_ARGS ?=
 COVERAGE ?= --cov=django_procedures --cov-report=term:skip-covered
+# Most of the PostgreSQL legs' time is worker processes waiting on each other: two pytest processes (a test
+# file each at a time, each on its own test_<name>_gw<N> database) halve it on this 2-core machine.
+XDIST ?= -n 2 --dist loadfile
+# The Django 6 leg leaves out the soak and the benchmark smoke runs: they drive the same code as on
+# Django 5.2 for minutes, and the PostgreSQL leg runs them.
+DJANGO6_IGNORE := --ignore=tests/test_soak.py --ignore=tests/test_benchmarks.py
 # The fast tier leaves out what starts processes or a browser (the soak and the benchmarks start processes too).
 FAST_ARGS := -m 'not subprocess and not browser'
 
@@ -104,7 +112,7 @@ check-pg-url:
 
 test-postgres: $(VENV)/.installed check-pg-url | var
 	@$(call banner,PostgreSQL leg: $(call redact,$(PG_URL)) · Django $$($(VENV)/bin/python -m django --version) · $$($(VENV)/bin/python -V))
-	DATABASE_URL='$(PG_URL)' $(VENV)/bin/python -m pytest --create-db $(COVERAGE) $(PYTEST_ARGS)
+	DATABASE_URL='$(PG_URL)' $(VENV)/bin/python -m pytest --create-db $(XDIST) $(COVERAGE) $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.installed | var
 	@$(call banner,fast tier on SQLite: no PostgreSQL-only tests, worker processes, browser or soak)
@@ -125,7 +133,7 @@ check-migrations: $(VENV)/.installed | var
 
 test-django6: $(VENV6)/.installed check-pg-url | var
 	@$(call banner,PostgreSQL leg on Django 6: $(call redact,$(PG_URL)) test database $(DJANGO6_TEST_DB) · Django $$($(VENV6)/bin/python -m django --version) · $$($(VENV6)/bin/python -V))
-	PROCEDURES_TEST_DB_NAME=$(DJANGO6_TEST_DB) DATABASE_URL='$(PG_URL)' $(VENV6)/bin/python -m pytest --create-db $(PYTEST_ARGS)
+	PROCEDURES_TEST_DB_NAME=$(DJANGO6_TEST_DB) DATABASE_URL='$(PG_URL)' $(VENV6)/bin/python -m pytest --create-db $(XDIST) $(DJANGO6_IGNORE) $(PYTEST_ARGS)
 	@$(call banner,migrations match the models (Django $$($(VENV6)/bin/python -m django --version)))
 	DATABASE_URL=$(SQLITE_TEST_URL) $(VENV6)/bin/python manage.py makemigrations --check --dry-run
 

@@ -746,7 +746,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Profile]:
         seconds=args.seconds if args.seconds is not None else (30.0 if quick else 480.0),
         workers=args.workers, concurrency=args.concurrency, lease=args.lease,
         chaos_every=(1.5, 3.0) if quick else (2.0, 5.0),
-        settle_seconds=150.0 if quick else 900.0,
+        settle_seconds=450.0 if quick else 900.0,  # a bound against a hang: CI machines may be busy
     )
     if profile.workers < 1 or profile.procedures < 1 or profile.seconds <= 0:
         parser.error("--workers, --procedures and --seconds must be positive")

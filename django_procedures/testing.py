@@ -15,6 +15,9 @@ from django_procedures.runtime.executor import Outcome, RunningClaim, execute
 from django_procedures.store import claim as claims
 from django_procedures.store.maintenance import maintain
 
+#: Claim passes ``drain()`` makes again when something due was not claimed (see there).
+_LOOK_AGAIN = 3
+
 
 @dataclass(frozen=True)
 class DrainReport:
@@ -42,15 +45,21 @@ def drain(queues: Sequence[str] | None = None, now: datetime | None = None) -> D
     with clock.frozen_at(now):
         types = registry.type_names()
         maintain()
+        looked_again = 0
         while True:
             batch = claims.claim(worker, type_names=types, queues=queues, limit=1,
                                  lease_seconds=conf.LEASE_SECONDS)
             if not batch:
+                next_due = claims.next_due(type_names=types, queues=queues)
+                # The claim skips rows another transaction holds for an instant (a handle.wait() marking its
+                # procedure, say): something due now that was not claimed is looked for again, a few times.
+                if looked_again < _LOOK_AGAIN and next_due is not None and next_due <= clock.now():
+                    looked_again += 1
+                    continue
                 break
             claimed += 1
             outcome = execute(RunningClaim(batch[0]))
             outcomes[outcome.value] += 1
-        next_due = claims.next_due(type_names=types, queues=queues)
     return DrainReport(claimed, {o.value: outcomes[o.value] for o in Outcome if outcomes[o.value]}, next_due)
 
 

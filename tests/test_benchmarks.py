@@ -23,7 +23,7 @@ def test_quick_run_of_every_benchmark(tmp_path):
     env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONUNBUFFERED": "1"}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     done = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--results", str(results)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     text = results.read_text()

@@ -18,6 +18,7 @@ def imports_of(path: Path) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)  # a submodule imported by name
     return found
 
 
@@ -34,7 +35,9 @@ def test_policy_is_standard_library_only(path):
 
 
 FORBIDDEN = {
-    "models": ("django_procedures.store", "django_procedures.runtime", "django_procedures.admin"),
+    # Models know nothing of the registry or the user-facing classes, not even inside a function.
+    "models": ("django_procedures.store", "django_procedures.runtime", "django_procedures.admin",
+               "django_procedures.registry", "django_procedures.procedure", "django_procedures.handle"),
     "store": ("django_procedures.runtime", "django_procedures.admin"),
     "runtime": ("django_procedures.admin", "django.contrib.admin"),
 }

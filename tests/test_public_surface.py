@@ -221,6 +221,11 @@ def test_wait_is_woken_by_the_final_transition_not_by_polling(monkeypatch):
 
     thread = threading.Thread(target=waiter, daemon=True)
     thread.start()
+    # Only once the waiter listens (it marks the procedure awaited after its LISTEN) is there a wake-up to test.
+    deadline = time.monotonic() + 60
+    while not ProcedureRun.objects.filter(id=handle.id, awaited=True).exists():
+        assert time.monotonic() < deadline, "the waiter never started listening"
+        time.sleep(0.01)
     drain()
     thread.join(60)
     assert not thread.is_alive(), "wait() was not woken by the procedure's final transition"

@@ -31,6 +31,7 @@ from django_procedures.admin.changelist import QueryStringGuard
 from django_procedures.admin.redaction import NoJsonLookups, redaction_for
 from django_procedures.admin.schedule_confirm import DELETE, PAUSE, RESUME, TRIGGER
 from django_procedures.admin.why import first_line, timestamp
+from django_procedures.exceptions import UnknownProcedureType
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.store import schedules as store
 
@@ -46,7 +47,7 @@ SCHEDULE_FIELDS = ("id", "name", "procedure", "mode", "period", "cron", "timezon
 
 
 class ScheduleForm(forms.ModelForm):
-    """The definition; ``procedure`` offers the registered type names (an unknown one is reported by clean())."""
+    """The definition; ``procedure`` offers the registered type names (an unknown one is reported)."""
 
     class Meta:
         model = Schedule
@@ -75,6 +76,14 @@ class ScheduleForm(forms.ModelForm):
         if self.instance.pk and "state" in self.fields:
             # Shown masked as its runs' state is; a value left masked keeps the stored secret on save.
             self.initial["state"] = redaction_for(self.instance.procedure).apply(self.instance.state)
+
+    def clean_procedure(self) -> Any:
+        procedure = self.cleaned_data.get("procedure")
+        try:
+            registry.get(procedure)
+        except UnknownProcedureType as error:
+            raise forms.ValidationError(str(error)) from None
+        return procedure
 
     def clean_state(self) -> Any:
         state = self.cleaned_data.get("state")

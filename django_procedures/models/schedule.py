@@ -141,18 +141,16 @@ class Schedule(StoreWritten):
 
 
 def validation_errors(s: Schedule) -> dict[str, str]:
-    """Field -> a sentence saying what to change; shared by ``clean()`` and ``register_schedule``."""
-    from django_procedures import registry
-    from django_procedures.exceptions import UnknownProcedureType
+    """Field -> a sentence saying what to change; shared by ``clean()`` and the store's ``check_schedule``.
+
+    Whether ``procedure`` names a registered class is not a model's to know:
+    the store (``register_schedule``, ``save_schedule``) and the admin form check it.
+    """
     from django_procedures.policy.options import check_queue
 
     errors: dict[str, str] = {}
     if not isinstance(s.name, str) or not s.name.strip():
         errors["name"] = "give the schedule a name"
-    try:
-        registry.get(s.procedure)
-    except UnknownProcedureType as error:
-        errors["procedure"] = str(error)
     for name, positive in (("period", True), ("initial_delay", False), ("max_run_time", True)):
         value = getattr(s, name)
         problem = None if value is None else duration_problem(name, value, positive=positive)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,70 +54,104 @@ class Deadlock:
         return list(dict.fromkeys(tree for tree, _, _ in self.edges))
 
 
-def find_deadlocks(waits: Mapping[Hashable, Iterable[tuple[str | None, Hashable]]]) -> list[Deadlock]:
-    """Cycles in a wait-for graph (between trees, or between procedures).
+def find_deadlocks(waits: Mapping[Hashable, Iterable[tuple[str, Hashable]]]) -> list[Deadlock]:
+    """Cycles in the wait-for graph between trees: one for each tangle of trees that wait for each other.
 
-    ``waits[node]`` lists ``(label, other)``: ``node`` waits for ``other``
-    (for the key ``label``). Each cycle is reported once, starting from its
-    smallest node. Only edges inside a strongly connected component can be on
-    a cycle, so the search walks those alone: a long queue of waiters behind
-    one holder has no cycle and costs no search.
+    ``waits[tree]`` lists ``(key, holder_tree)``: a procedure of ``tree``
+    waits for ``key``, which ``holder_tree`` holds (or is ahead in its queue).
+    A tangle (trees that all reach each other: a strongly connected component)
+    may hold many cycles, exponentially many in the size of the graph; one is
+    reported, the shortest through its smallest tree, starting there. Breaking
+    it may undo the others, and a later call finds any left. The work is linear
+    in the size of the graph (a walk over every path of a long key queue, which
+    has no cycle, made a maintenance pass take minutes).
     """
-    graph = {node: sorted({(k, h) for k, h in edges if h != node}, key=repr) for node, edges in waits.items()}
+    graph = {tree: sorted({(k, h) for k, h in edges if h != tree}, key=repr) for tree, edges in waits.items()}
     component = _components(graph)
-    graph = {node: [(k, h) for k, h in edges if component.get(h) == component[node]] for node, edges in graph.items()}
-    found: dict[frozenset[Hashable], Deadlock] = {}
-
-    def walk(path: list[tuple[Hashable, Any, Hashable]], seen: list[Hashable]) -> None:
-        node = seen[-1]
-        for key, holder in graph.get(node, ()):
-            edge = (node, key, holder)
-            if holder == seen[0]:
-                members = frozenset(seen)
-                if members not in found:
-                    found[members] = Deadlock(tuple([*path, edge]))
-            elif holder not in seen and repr(holder) > repr(seen[0]):
-                walk([*path, edge], [*seen, holder])
-
-    for start in sorted(graph, key=repr):
-        if graph[start]:
-            walk([], [start])
-    return list(found.values())
+    tangles: dict[int, list[Hashable]] = {}
+    for tree, number in component.items():
+        tangles.setdefault(number, []).append(tree)
+    found = [_shortest_cycle(graph, component, min(trees, key=repr)) for trees in tangles.values() if len(trees) > 1]
+    return sorted(found, key=lambda deadlock: repr(deadlock.edges[0][0]))
 
 
-def _components(graph: Mapping[Hashable, Iterable[tuple[Any, Hashable]]]) -> dict[Hashable, int]:
-    """The strongly connected component of each node (Tarjan's algorithm, without recursion)."""
-    index: dict[Hashable, int] = {}
-    low: dict[Hashable, int] = {}
-    component: dict[Hashable, int] = {}
-    stack: list[Hashable] = []
+def _components(graph: Mapping[Hashable, Iterable[tuple[str, Hashable]]]) -> dict[Hashable, int]:
+    """The strongly connected component of every tree in ``graph`` (Kosaraju's, without recursion)."""
+    finished: list[Hashable] = []
+    visited: set[Hashable] = set()
     for root in graph:
-        if root in index:
+        if root in visited:
             continue
-        work = [(root, iter([h for _, h in graph.get(root, ())]))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        while work:
-            node, successors = work[-1]
-            for succ in successors:
-                if succ not in index:
-                    index[succ] = low[succ] = len(index)
-                    stack.append(succ)
-                    work.append((succ, iter([h for _, h in graph.get(succ, ())])))
+        visited.add(root)
+        stack = [(root, iter(graph.get(root, ())))]
+        while stack:
+            node, edges = stack[-1]
+            for _, holder in edges:
+                if holder not in visited:
+                    visited.add(holder)
+                    stack.append((holder, iter(graph.get(holder, ()))))
                     break
-                if succ not in component:
-                    low[node] = min(low[node], index[succ])
             else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    while True:
-                        member = stack.pop()
-                        component[member] = index[node]
-                        if member == node:
-                            break
+                stack.pop()
+                finished.append(node)
+    reverse: dict[Hashable, list[Hashable]] = {}
+    for tree, edges in graph.items():
+        for _, holder in edges:
+            reverse.setdefault(holder, []).append(tree)
+    component: dict[Hashable, int] = {}
+    for number, root in enumerate(reversed(finished)):
+        if root in component:
+            continue
+        component[root] = number
+        todo = [root]
+        while todo:
+            for tree in reverse.get(todo.pop(), ()):
+                if tree not in component:
+                    component[tree] = number
+                    todo.append(tree)
     return component
+
+
+def _shortest_cycle(graph: Mapping[Hashable, Iterable[tuple[str, Hashable]]], component: Mapping[Hashable, int],
+                    start: Hashable) -> Deadlock:
+    """The shortest cycle from ``start`` back to it (breadth first), within ``start``'s component."""
+    came_from: dict[Hashable, tuple[Hashable, str] | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        tree = queue.popleft()
+        for key, holder in graph.get(tree, ()):
+            if component.get(holder) != component[start]:
+                continue
+            if holder == start:
+                edges = [(tree, key, start)]
+                while (step := came_from[tree]) is not None:
+                    edges.append((step[0], step[1], tree))
+                    tree = step[0]
+                return Deadlock(tuple(reversed(edges)))
+            if holder not in came_from:
+                came_from[holder] = (tree, key)
+                queue.append(holder)
+    raise AssertionError("a component of two or more trees has a cycle through each of them")  # pragma: no cover
+
+
+def _path(graph: Mapping[Hashable, Iterable[tuple[Any, Hashable]]], component: Mapping[Hashable, int],
+          source: Hashable, target: Hashable) -> list[tuple[Hashable, Any, Hashable]]:
+    """The shortest path of edges from ``source`` to ``target`` (breadth first), within their component."""
+    came_from: dict[Hashable, tuple[Hashable, Any] | None] = {source: None}
+    queue = deque([source])
+    while queue:
+        node = queue.popleft()
+        if node == target:
+            edges = []
+            while (step := came_from[node]) is not None:
+                edges.append((step[0], step[1], node))
+                node = step[0]
+            return list(reversed(edges))
+        for key, other in graph.get(node, ()):
+            if other not in came_from and component.get(other) == component[source]:
+                came_from[other] = (node, key)
+                queue.append(other)
+    raise AssertionError("nodes of one component reach each other")  # pragma: no cover
 
 
 def waits_for(requests: Sequence[Request], ancestors: Mapping[Hashable, Collection[Hashable]]
@@ -145,15 +180,23 @@ def waits_for(requests: Sequence[Request], ancestors: Mapping[Hashable, Collecti
 
 def tree_deadlocks(requests: Sequence[Request], ancestors: Mapping[Hashable, Collection[Hashable]]
                    ) -> list[Deadlock]:
-    """Cycles of procedures waiting for each other (see :func:`waits_for`) that span more than one tree,
-    each reported once per set of trees, its ``edges`` the waits between trees: (waiting tree, key,
-    tree of the procedure it waits behind)."""
+    """Deadlocks between trees: one cycle of procedures waiting for each other (see :func:`waits_for`)
+    through more than one tree, for each tangle of such procedures (a strongly connected component).
+
+    The cycle is the shortest through the tangle's smallest wait between two trees; its ``edges`` are
+    the waits between trees on it: (waiting tree, key, tree of the procedure it waits behind). A
+    tangle inside one tree is not reported. Linear in the number of waits, as :func:`find_deadlocks`.
+    """
     tree = {r.procedure: r.tree for r in requests}
-    found: dict[frozenset[Hashable], Deadlock] = {}
-    for cycle in find_deadlocks(waits_for(requests, ancestors)):
-        members = frozenset(tree[p] for p in cycle.trees)
-        if len(members) < 2 or members in found:
-            continue
-        found[members] = Deadlock(tuple((tree[w], key, tree[h]) for w, key, h in cycle.edges
-                                        if key is not None and tree[w] != tree[h]))
+    graph = {p: sorted({(k, q) for k, q in edges if q != p}, key=repr)
+             for p, edges in waits_for(requests, ancestors).items()}
+    component = _components(graph)
+    found: dict[int, Deadlock] = {}
+    for p in sorted(graph, key=repr):
+        for key, q in graph[p]:
+            if key is None or tree[p] == tree[q] or component.get(q) != component[p] or component[p] in found:
+                continue
+            cycle = [(p, key, q), *_path(graph, component, q, p)]
+            found[component[p]] = Deadlock(tuple((tree[w], k, tree[h]) for w, k, h in cycle
+                                                 if k is not None and tree[w] != tree[h]))
     return list(found.values())

@@ -87,6 +87,40 @@ def decide_failure(
     return RetryDecision(now + timedelta(seconds=policy.delay(failures, rng)), failures)
 
 
+def is_permanent(policy: RetryPolicy, error: BaseException,
+                 permanent: tuple[type[BaseException], ...] = ()) -> bool:
+    """Whether ``error`` fails the attempt for good: one of ``permanent`` (the caller's ``NonRetryable``) or of
+    ``policy.non_retryable``."""
+    return isinstance(error, (*permanent, *policy.non_retryable))
+
+
+def manual_retry_of(error: BaseException) -> bool:
+    """``error.manual_retry`` (``NonRetryable(..., manual_retry=False)``); True if it has none, or it raises."""
+    try:
+        return bool(getattr(error, "manual_retry", True))
+    except BaseException:  # foreign code
+        return True
+
+
+def decide_error(
+    policy: RetryPolicy,
+    error: BaseException,
+    *,
+    failures_before: int,
+    now: datetime,
+    permanent: tuple[type[BaseException], ...] = (),
+    rng: random.Random | None = None,
+) -> RetryDecision | FailDecision:
+    """The retry-or-fail decision for an attempt (a step's or a rollback's) that raised ``error``.
+
+    ``error`` is not retried if :func:`is_permanent`; a permanent failure may be
+    retried by hand unless ``error.manual_retry`` is false (see :func:`manual_retry_of`).
+    """
+    return decide_failure(policy, failures_before=failures_before, now=now,
+                          retryable=not is_permanent(policy, error, permanent), manual_retry=manual_retry_of(error),
+                          rng=rng)
+
+
 def is_poisonous(policy: RetryPolicy, lost: int) -> bool:
     """True when the worker was lost often enough during one step to stop trying."""
     return lost >= policy.max_lost

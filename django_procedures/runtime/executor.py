@@ -11,7 +11,7 @@ from django.db import DatabaseError, Error, connection, transaction
 
 from django_procedures import clock, registry
 from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
-from django_procedures.policy.retry import FailDecision, RetryDecision, decide_failure, is_poisonous
+from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error, decide_failure, is_poisonous
 from django_procedures.policy.state import find_problem
 from django_procedures.procedure import Procedure, Status, StepSpec
 from django_procedures.runtime import hooks, observe, reconnect
@@ -23,11 +23,11 @@ from django_procedures.runtime.running import (
     interrupted,
     log_extra,
     logger,
-    manual_retry_of,
     trace_text,
 )
-from django_procedures.store import fence
+from django_procedures.store import transitions
 from django_procedures.store.db import is_conflict, is_disconnect, own_connection_lost, session
+from django_procedures.store.transitions import StepRecord
 
 __all__ = ["Outcome", "RunningClaim", "execute", "fail_overdue", "record_crash"]
 
@@ -37,7 +37,7 @@ _CONFLICT_TRIES = 5
 
 
 class _StepFailed(Exception):
-    def __init__(self, record: fence.StepRecord, error: BaseException, trace: str) -> None:
+    def __init__(self, record: StepRecord, error: BaseException, trace: str) -> None:
         super().__init__(error_text(error))
         self.record, self.error, self.trace = record, error, trace
 
@@ -90,8 +90,8 @@ def _execute(running: RunningClaim) -> Outcome:
                        f"(RetryPolicy.max_lost={cls.retry.max_lost})")
             if claim.in_rollback:
                 now = clock.now()
-                fence.fail_rollback(claim, fence.StepRecord(claim.step, "rollback", claim.attempt, now, now),
-                                    message, FailDecision(message, manual_retry=True))
+                transitions.fail_rollback(claim, StepRecord(claim.step, "rollback", claim.attempt, now, now),
+                                          message, FailDecision(message, manual_retry=True))
                 return Outcome.FAILED
             return hooks.fail_now(procedure, cls, running, message)
         if claim.in_rollback:
@@ -101,7 +101,7 @@ def _execute(running: RunningClaim) -> Outcome:
             if outcome is not None:
                 return outcome
         if claim.step_name == "":  # resumed after a suspension in the last step
-            fence.complete(claim, [], claim.state, None)
+            transitions.complete(claim, [], claim.state, None)
             return Outcome.COMPLETED
         while True:
             spec = find_step(cls, claim.step_name)
@@ -110,9 +110,11 @@ def _execute(running: RunningClaim) -> Outcome:
                                       f"{claim.type_name} (removed or renamed by a deploy); restore it, or retry "
                                       "once a version that has it is deployed")
             if running.activity.stopping.is_set():
-                fence.release(claim)
+                transitions.release(claim)
                 return Outcome.RELEASED
-            if running.activity.lost_reason:
+            if running.activity.lost_reason:  # noticed before the (next) step: the INFO line all lost claims log
+                logger.info("procedure %s: stopped: %s", claim.id, running.activity.lost_reason,
+                            extra=log_extra(claim))
                 return Outcome.LOST
             outcome = _run_group(procedure, cls, spec, running)
             if outcome is not None:
@@ -134,7 +136,7 @@ def _execute(running: RunningClaim) -> Outcome:
             return Outcome.LOST
         # Still ours: the database refused the step's transaction (cut while idle, or a conflict that kept
         # coming back). That is a failed attempt, recorded on a fresh connection and retried by the policy.
-        record = fence.StepRecord(claim.step, claim.step_name, claim.attempt, clock.now(), clock.now())
+        record = StepRecord(claim.step, claim.step_name, claim.attempt, clock.now(), clock.now())
         failed = _StepFailed(record, DatabaseError(_database_hint(error)), trace_text())
         try:
             return _record_failure(procedure, cls, running, failed)
@@ -160,7 +162,7 @@ def _lease_moved(running: RunningClaim) -> bool:
         return False
     connection.close()  # the error may have broken it; the check opens a fresh one
     try:
-        return not fence.holds(running.claim)
+        return not transitions.holds(running.claim)
     except DatabaseError:
         connection.close()
         return False
@@ -177,7 +179,7 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
                 with transaction.atomic():
                     return _run_steps(procedure, cls, first, running)
             if not first.idempotent:
-                fence.enter_unsafe_step(claim)
+                transitions.enter_unsafe_step(claim)
             return _run_steps(procedure, cls, first, running)
         except _StepFailed as failed:
             procedure.state = copy.deepcopy(saved_state)
@@ -200,7 +202,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
     index, attempt = claim.step, claim.attempt
     running.group_step = claim.step
     safe = spec.idempotent  # of the group's first step: whether a lost write may run it again
-    records: list[fence.StepRecord] = []
+    records: list[StepRecord] = []
     while True:
         ctx = Context(procedure_id=claim.id, type_name=claim.type_name, attempt=attempt, step_index=index,
                       step_name=spec.name, lease_token=claim.lease_token, activity=activity,
@@ -225,12 +227,12 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         except BaseException as error:  # a step is foreign code: SystemExit, CancelledError... end the attempt
             if own_connection_lost(error, before):
                 raise  # the worker's connection died under the step: not its failure (see execute)
-            record = fence.StepRecord(index, spec.name, attempt, started, clock.now())
+            record = StepRecord(index, spec.name, attempt, started, clock.now())
             raise _StepFailed(record, error, trace_text()) from error
         finally:
             running.in_step, running.deadline = False, None
             running.progress.step_ended()
-        record = fence.StepRecord(index, spec.name, attempt, started, clock.now())
+        record = StepRecord(index, spec.name, attempt, started, clock.now())
         records.append(record)
         following = None if status.kind == "done" else _next_step(cls, spec)
         if problem:
@@ -242,13 +244,15 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             return Outcome.SUSPENDED
         if following is None:
             running.progress.before_final_write()
-            reconnect.record(running, safe, partial(fence.complete, claim, records, procedure.state, status.output))
+            reconnect.record(running, safe,
+                             partial(transitions.complete, claim, records, procedure.state, status.output))
             observe.steps_committed(claim.type_name, records)
             return Outcome.COMPLETED
         if status.kind == "executing" and not status.persist and spec.idempotent and following.idempotent:
             index, spec = index + 1, following  # the group is one try: its steps share its attempt number
             continue
-        reconnect.record(running, safe, partial(fence.checkpoint, claim, records, procedure.state, following.name))
+        reconnect.record(running, safe,
+                         partial(transitions.commit_checkpoint, claim, records, procedure.state, following.name))
         observe.steps_committed(claim.type_name, records)
         return None
 
@@ -263,19 +267,19 @@ def _unstorable(procedure: Procedure, status: Status) -> str | None:
     return problem
 
 
-def _suspend(procedure: Procedure, claim: Any, records: list[fence.StepRecord], following: StepSpec | None,
-             status: Status, record: fence.StepRecord) -> None:
+def _suspend(procedure: Procedure, claim: Any, records: list[StepRecord], following: StepSpec | None,
+             status: Status, record: StepRecord) -> None:
     bad = [c for c in status.children if not isinstance(c, Procedure) or type(c).abstract]
     if bad:
         raise _StepFailed(record, NonRetryable(
             f"Status.suspended takes instances of concrete Procedure classes, like Child(state={{...}}); "
             f"got {bad[0]!r}"), "")
     try:
-        rows = fence.child_rows(claim, status.children)
+        rows = transitions.child_rows(claim, status.children)
     except BaseException as error:  # a child's state, options or lock keys were refused; nothing was written
         raise _StepFailed(record, NonRetryable(f"cannot submit the children: {error_text(error)}"),
                           trace_text()) from error
-    fence.suspend(claim, records, procedure.state, following.name if following else "", rows)
+    transitions.suspend(claim, records, procedure.state, following.name if following else "", rows)
 
 
 def _normalise(result: Any, cls: type[Procedure]) -> Status:
@@ -292,16 +296,14 @@ def _record_failure(procedure: Procedure, cls: type[Procedure], running: Running
                     failed: _StepFailed) -> Outcome:
     claim, error = running.claim, failed.error
     running.progress.before_failure()
-    retryable = not isinstance(error, (NonRetryable, *cls.retry.non_retryable))
-    manual_retry = manual_retry_of(error)
-    decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=retryable,
-                              manual_retry=manual_retry)
+    decision = decide_error(cls.retry, error, failures_before=claim.failures, now=clock.now(),
+                            permanent=(NonRetryable,))
     if not isinstance(decision, RetryDecision):
         outcome = hooks.fail_now(procedure, cls, running, error_text(error), failed.trace, record=failed.record,
-                                 manual_retry=manual_retry)
+                                 manual_retry=decision.manual_retry)
         observe.step_failed(claim.type_name, failed.record)
         return outcome
-    fence.fail_attempt(claim, failed.record, error_text(error), failed.trace, decision)
+    transitions.fail_attempt(claim, failed.record, error_text(error), failed.trace, decision)
     observe.step_failed(claim.type_name, failed.record)
     logger.warning("procedure %s step %s attempt %s failed (retrying): %s", claim.id, failed.record.name,
                    failed.record.attempt, error_text(error), extra=log_extra(claim))
@@ -320,13 +322,13 @@ def fail_overdue(running: RunningClaim) -> bool:
         return False
     claim = running.claim
     running.activity.lose(f"step {spec.name} ran past its timeout of {spec.timeout}s")
-    record = fence.StepRecord(running.step_index, spec.name, running.step_attempt, started, clock.now())
+    record = StepRecord(running.step_index, spec.name, running.step_attempt, started, clock.now())
     error = TimeoutError(f"step {spec.name} ran past its timeout of {spec.timeout}s and was abandoned")
     cls = registry.get(claim.type_name)
     decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=True)
     try:
         # The step's thread is still busy: a rollback is handed to the next claim, never run on this thread.
-        fence.fail_attempt(claim, record, error_text(error), "", decision, rollback=cls.has_rollback(),
+        transitions.fail_attempt(claim, record, error_text(error), "", decision, rollback=cls.has_rollback(),
                            hand_off=True, at_step=running.group_step)
     except LeaseLost:
         return False
@@ -349,13 +351,14 @@ def record_crash(running: RunningClaim, error: BaseException, trace: str) -> Out
     try:
         cls = registry.get(claim.type_name)
         now = clock.now()
-        record = fence.StepRecord(claim.step, "rollback" if claim.in_rollback else claim.step_name, claim.attempt,
+        record = StepRecord(claim.step, "rollback" if claim.in_rollback else claim.step_name, claim.attempt,
                                   running.step_started_at or now, now)
         decision = decide_failure(cls.retry, failures_before=claim.failures, now=now, retryable=True)
         if claim.in_rollback:
-            fence.fail_rollback(claim, record, message, decision)
+            transitions.fail_rollback(claim, record, message, decision)
         else:
-            fence.fail_attempt(claim, record, message, trace, decision, rollback=cls.has_rollback(), hand_off=True)
+            transitions.fail_attempt(claim, record, message, trace, decision, rollback=cls.has_rollback(),
+                                     hand_off=True)
     except LeaseLost:
         return Outcome.LOST
     except Exception:

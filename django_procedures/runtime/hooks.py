@@ -9,7 +9,7 @@ from django.db import transaction
 
 from django_procedures import clock
 from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
-from django_procedures.policy.retry import FailDecision, RetryDecision, decide_failure
+from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error
 from django_procedures.policy.state import find_problem
 from django_procedures.procedure import Procedure
 from django_procedures.runtime.context import Context
@@ -19,11 +19,11 @@ from django_procedures.runtime.running import (
     error_text,
     interrupted,
     logger,
-    manual_retry_of,
     trace_text,
 )
-from django_procedures.store import fence, tree
+from django_procedures.store import transitions, tree
 from django_procedures.store.db import own_connection_lost, session
+from django_procedures.store.transitions import StepRecord
 
 
 def _context(running: RunningClaim, step_name: str) -> Context:
@@ -34,11 +34,11 @@ def _context(running: RunningClaim, step_name: str) -> Context:
 
 
 def fail_now(procedure: Procedure, cls: type[Procedure], running: RunningClaim, error: str, trace: str = "",
-             *, record: fence.StepRecord | None = None, manual_retry: bool = True) -> Outcome:
+             *, record: StepRecord | None = None, manual_retry: bool = True) -> Outcome:
     """Fail for good: roll back first if the class can, else end ``failed``."""
     claim = running.claim
     rollback = cls.has_rollback() and not claim.in_rollback
-    fence.fail_attempt(claim, record, error, trace, FailDecision(error, manual_retry), rollback=rollback)
+    transitions.fail_attempt(claim, record, error, trace, FailDecision(error, manual_retry), rollback=rollback)
     logger.error("procedure %s failed%s: %s", claim.id, "; rolling back" if rollback else "", error)
     if rollback:
         procedure.state = copy.deepcopy(claim.state)
@@ -66,8 +66,8 @@ def handle_children(procedure: Procedure, cls: type[Procedure], running: Running
                     raise  # not the hook's failure: the executor reconnects and runs the claim again
                 procedure.state = copy.deepcopy(claim.state)
                 return fail_now(procedure, cls, running, error_text(error), trace_text())
-            fence.handled_child_failure(claim, child.id, copy.deepcopy(procedure.state))
-        verdict = fence.wait_or_continue(claim)
+            transitions.handled_child_failure(claim, child.id, copy.deepcopy(procedure.state))
+        verdict = transitions.wait_or_continue(claim)
         if verdict == "waiting":
             return Outcome.SUSPENDED
         if verdict == "continue":
@@ -80,15 +80,15 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
     claim = running.claim
     started = clock.now()
     running.current = None  # a shutdown now releases the procedure; its rollback resumes elsewhere
-    record = fence.StepRecord(claim.step, "rollback", claim.attempt, started, started)
+    record = StepRecord(claim.step, "rollback", claim.attempt, started, started)
     before = session()  # so that own_connection_lost() can tell whose connection failed
     try:
         with transaction.atomic() if cls.rollback_atomic else nullcontext():
             running.activity.check()
             procedure.rollback(_context(running, "rollback"))
             running.activity.check()
-            record = fence.StepRecord(claim.step, "rollback", claim.attempt, started, clock.now())
-            fence.finish_rollback(claim, record)
+            record = StepRecord(claim.step, "rollback", claim.attempt, started, clock.now())
+            transitions.finish_rollback(claim, record)
         return Outcome.ROLLED_BACK
     except NotActive:
         return interrupted(running)
@@ -97,10 +97,9 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
     except BaseException as error:  # foreign code: SystemExit, CancelledError... a failed rollback attempt
         if own_connection_lost(error, before):
             raise  # not the rollback's failure: the executor reconnects and runs it again
-        record = fence.StepRecord(claim.step, "rollback", claim.attempt, started, clock.now())
-        retryable = not isinstance(error, (NonRetryable, *cls.retry.non_retryable))
-        decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=retryable,
-                                  manual_retry=manual_retry_of(error))
-        fence.fail_rollback(claim, record, error_text(error), decision)
+        record = StepRecord(claim.step, "rollback", claim.attempt, started, clock.now())
+        decision = decide_error(cls.retry, error, failures_before=claim.failures, now=clock.now(),
+                                permanent=(NonRetryable,))
+        transitions.fail_rollback(claim, record, error_text(error), decision)
         logger.warning("procedure %s: rollback attempt %s failed: %s", claim.id, claim.attempt, error_text(error))
         return Outcome.RETRIED if isinstance(decision, RetryDecision) else Outcome.FAILED

@@ -32,7 +32,7 @@ def claimed(claims: Sequence[Any]) -> None:
 
 
 def steps_committed(type_name: str, records: Sequence[Any]) -> None:
-    """``records`` (``fence.StepRecord``) were written as ``done``: counted once their transaction commits."""
+    """``records`` (``transitions.StepRecord``) were written as ``done``: counted once their transaction commits."""
     if observers:
         ended = [(type_name, "done", _seconds(r)) for r in records]
         transaction.on_commit(lambda: [_emit("step_ended", *args) for args in ended])

@@ -13,10 +13,9 @@ from collections.abc import Callable
 
 from django.db import Error, transaction
 
-from django_procedures.policy.retry import FailDecision
 from django_procedures.runtime.outage import watch
 from django_procedures.runtime.running import Outcome, RunningClaim, log_extra, logger
-from django_procedures.store import fence
+from django_procedures.store import transitions
 from django_procedures.store.db import is_disconnect
 
 #: Times one claim resumes after a lost connection before it is left to its lease expiry.
@@ -40,8 +39,8 @@ def after_disconnect(running: RunningClaim, error: Error, reconnects: int) -> Ou
     return None
 
 
-def wait_for_database(running: RunningClaim, error: Error) -> fence.Reloaded | None:
-    """Reconnect with backoff and re-read the claim (see ``fence.reload``); None if it must stop here.
+def wait_for_database(running: RunningClaim, error: Error) -> transitions.Reloaded | None:
+    """Reconnect with backoff and re-read the claim (see ``transitions.reload``); None if it must stop here.
 
     It stops when the heartbeat gave the lease up (renewal timeout), when the
     worker shuts down while the database is still away (the lease is left to
@@ -58,7 +57,7 @@ def wait_for_database(running: RunningClaim, error: Error) -> fence.Reloaded | N
                         activity.lost_reason, extra=log_extra(claim))
             return None
         try:
-            found = fence.reload(claim)
+            found = transitions.reload(claim)
             break
         except Error as again:
             if not is_disconnect(again):
@@ -78,8 +77,7 @@ def wait_for_database(running: RunningClaim, error: Error) -> fence.Reloaded | N
 def park_unsafe(running: RunningClaim) -> Outcome:
     """Park the procedure ``failed``: its non-idempotent step may or may not have taken effect."""
     claim = running.claim
-    error = f"interrupted during non-idempotent step {claim.step_name}"
-    fence.fail_attempt(claim, None, error, "", FailDecision("interrupted", manual_retry=True))
+    transitions.park_interrupted(claim, claim.step_name)
     logger.warning("procedure %s: the database connection was lost during non-idempotent step %s; parked as "
                    "failed (retry it by hand once its effect is checked)", claim.id, claim.step_name,
                    extra=log_extra(claim))

@@ -16,7 +16,9 @@ from importlib import metadata
 from django.db import connection
 
 from django_procedures.policy.workers import StopReason
+from django_procedures.runtime.outage import watch
 from django_procedures.store import workers as store
+from django_procedures.store.db import is_disconnect
 
 logger = logging.getLogger("django_procedures.worker")
 
@@ -78,6 +80,9 @@ class WorkerRow:
 
     def _failed(self, what: str, error: Exception) -> None:
         connection.close()
+        if is_disconnect(error):  # the outage watch says it once for the whole worker (guarantees, promise 8)
+            watch.lost(error, "worker registry")
+            return
         if not self._failing:
             logger.warning("worker %s: could not %s its row in the worker registry: %s", self.worker_id, what,
                            error)

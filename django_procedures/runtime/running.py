@@ -15,7 +15,7 @@ from django_procedures.policy.text import describe
 from django_procedures.procedure import StepSpec
 from django_procedures.runtime.context import Activity
 from django_procedures.runtime.progress import ProgressRecorder
-from django_procedures.store import fence
+from django_procedures.store import transitions
 from django_procedures.store.claim import Claim
 from django_procedures.store.tree import ChildResult
 
@@ -73,14 +73,6 @@ def error_text(error: BaseException) -> str:
     return describe(error)
 
 
-def manual_retry_of(error: BaseException) -> bool:
-    """``error.manual_retry`` (``NonRetryable(..., manual_retry=False)``); True if it has none, or it raises."""
-    try:
-        return bool(getattr(error, "manual_retry", True))
-    except BaseException:  # foreign code
-        return True
-
-
 def trace_text() -> str:
     """The traceback of the exception being handled, or "" if even formatting it fails."""
     try:
@@ -97,10 +89,7 @@ def interrupted(running: RunningClaim) -> Outcome:
         return Outcome.LOST
     spec = running.current
     if spec is not None and not spec.idempotent:
-        from django_procedures.policy.retry import FailDecision
-
-        fence.fail_attempt(claim, None, f"interrupted during non-idempotent step {spec.name}", "",
-                           FailDecision("interrupted", manual_retry=True))
+        transitions.park_interrupted(claim, spec.name)
         return Outcome.FAILED
-    fence.release(claim)
+    transitions.release(claim)
     return Outcome.RELEASED

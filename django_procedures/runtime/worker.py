@@ -22,7 +22,6 @@ from django_procedures import clock, registry
 from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost, ProceduresNotMigrated
 from django_procedures.policy.prefetch import GIVE_BACK_SECONDS, Prefetch, stale, to_claim
-from django_procedures.policy.retry import FailDecision
 from django_procedures.policy.workers import StopReason, stop_reason
 from django_procedures.runtime import observe
 from django_procedures.runtime.connections import (
@@ -40,7 +39,7 @@ from django_procedures.runtime.registry_of_workers import WorkerRow
 from django_procedures.runtime.running import error_text, log_extra, trace_text
 from django_procedures.runtime.shutdown import graceful_signals
 from django_procedures.runtime.wakeup import Waker
-from django_procedures.store import fence
+from django_procedures.store import transitions
 from django_procedures.store.claim import claim, next_due, unknown_types
 from django_procedures.store.db import is_conflict, is_disconnect
 from django_procedures.store.maintenance import maintain
@@ -290,8 +289,11 @@ class Worker:
                 self.busy -= 1
         for r in stale_claims:
             try:
-                fence.release(r.claim)
-            except LeaseLost:
+                transitions.release(r.claim)
+            except LeaseLost:  # cancelled or taken over while it waited: a claim that ended lost
+                self.stats["lost"] += 1
+                logger.info("procedure %s: stopped: lease token %s was taken over or cancelled before a thread took "
+                            "it up", r.claim.id, r.claim.lease_token, extra=log_extra(r.claim))
                 continue
             self.stats["given_back"] += 1
             logger.debug("procedure %s: waited %.2fs for a thread; given back", r.claim.id, now - r.claimed_at)
@@ -360,11 +362,10 @@ class Worker:
         spec = running.current
         try:
             if running.in_step and spec is not None and not spec.idempotent:
-                fence.fail_attempt(running.claim, None, f"interrupted during non-idempotent step {spec.name}", "",
-                                   FailDecision("interrupted", manual_retry=True))
+                transitions.park_interrupted(running.claim, spec.name)
                 self.stats["failed"] += 1
             else:
-                fence.release(running.claim)
+                transitions.release(running.claim)
                 self.stats["released"] += 1
             logger.info("procedure %s: still running at the shutdown timeout; %s", running.claim.id,
                         "parked" if spec is not None and not spec.idempotent else "released")

@@ -1,6 +1,7 @@
 """The only code that writes procedure state.
 
-Every write about a claimed procedure is fenced on ``(id, lease_token)``; a
-fenced write that matches no row raises :class:`~django_procedures.exceptions.LeaseLost`
-from :func:`django_procedures.store.fence.fenced_update`, and nowhere else.
+Every write about a claimed procedure is a transition in
+:mod:`django_procedures.store.transitions`, fenced on ``(id, lease_token)``
+(``transitions.held_row``); one that matches no row raises
+:class:`~django_procedures.exceptions.LeaseLost`.
 """

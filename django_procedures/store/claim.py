@@ -18,7 +18,7 @@ from django_procedures import clock, signals
 from django_procedures.models import Lease, ProcedureRun, Schedule
 from django_procedures.policy.schedule_args import MAX_DURATION
 from django_procedures.policy.status import CLAIMABLE, RunStatus
-from django_procedures.store.db import bound_cursor, db_now_plus, is_postgresql, text_array
+from django_procedures.store.db import bound_cursor, db_now_plus, is_postgresql, sql_list, text_array
 from django_procedures.store.events import send_after_commit
 
 
@@ -68,10 +68,10 @@ def _deadline(started_at: datetime | None, retried_at: datetime | None,
 
 
 # Due rows that need no lock key decision: no keys, or keys already held from an earlier claim.
-_PG_DUE = """
-    SELECT id FROM {run}
-    WHERE status IN ('ready', 'retrying') AND run_at <= %(now)s AND type_name = ANY(%(types)s::text[]) {queue_filter}
-      AND NOT waiting_for_keys AND (keys_held OR lock_keys = '[]'::jsonb)
+_PG_DUE = f"""
+    SELECT id FROM {{run}}
+    WHERE status IN ({sql_list(CLAIMABLE)}) AND run_at <= %(now)s AND type_name = ANY(%(types)s::text[])
+      {{queue_filter}} AND NOT waiting_for_keys AND (keys_held OR lock_keys = '[]'::jsonb)
     ORDER BY priority DESC, run_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -79,22 +79,22 @@ _PG_DUE = """
 # Rows whose keys were just granted (already locked by this transaction).
 _PG_GRANTED = "SELECT unnest(%(ids)s::uuid[]) AS id"
 
-_PG_CLAIM = """
-WITH picked AS ({picked}), claimed AS (
-    UPDATE {run} AS r
-    SET status = CASE WHEN r.in_rollback THEN 'rolling_back' ELSE 'running' END,
+_PG_CLAIM = f"""
+WITH picked AS ({{picked}}), claimed AS (
+    UPDATE {{run}} AS r
+    SET status = CASE WHEN r.in_rollback THEN '{RunStatus.ROLLING_BACK}' ELSE '{RunStatus.RUNNING}' END,
         lease_token = r.lease_token + 1, lease_owner = %(worker)s,
         lease_expires_at = clock_timestamp() + make_interval(secs => %(lease)s),
         started_at = COALESCE(r.started_at, %(now)s), step_started_at = %(now)s, keys_held = r.lock_keys <> '[]'
     FROM picked WHERE r.id = picked.id
     RETURNING r.*
 ), leases AS (
-    INSERT INTO {lease} (procedure_id, token, worker, claimed_at, expires_at, outcome)
+    INSERT INTO {{lease}} (procedure_id, token, worker, claimed_at, expires_at, outcome)
     SELECT id, lease_token, %(worker)s, clock_timestamp(), lease_expires_at, '' FROM claimed
 )
-SELECT {fields}, CASE WHEN s.max_run_time IS NOT NULL  -- (LEAST ignores a NULL)
-    THEN GREATEST(claimed.started_at, claimed.retried_at) + LEAST(s.max_run_time, interval '{longest} days') END
-FROM claimed LEFT JOIN {schedule} AS s ON s.id = claimed.schedule_id
+SELECT {{fields}}, CASE WHEN s.max_run_time IS NOT NULL  -- (LEAST ignores a NULL)
+    THEN GREATEST(claimed.started_at, claimed.retried_at) + LEAST(s.max_run_time, interval '{{longest}} days') END
+FROM claimed LEFT JOIN {{schedule}} AS s ON s.id = claimed.schedule_id
 ORDER BY claimed.priority DESC, claimed.run_at
 """
 

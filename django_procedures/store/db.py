@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -78,6 +78,15 @@ def text_array(values: Sequence[str]) -> str:
 def _text_array(values: tuple[str, ...]) -> str:
     quoted = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
     return "{" + ",".join(quoted) + "}"
+
+
+def sql_list(values: Iterable[str]) -> str:
+    """Stored strings (``policy.status`` members, never user input) as an SQL list of quoted literals.
+
+    Raw statements build their status lists from the sets in ``policy.status``
+    so that they cannot drift from the ORM's (and the partial indexes') lists.
+    """
+    return ", ".join(f"'{v}'" for v in values)
 
 
 def db_now() -> Expression:

@@ -12,23 +12,24 @@ from uuid import UUID
 from django.db import connection, transaction
 from django.db.models import F
 
-from django_procedures import clock, signals
-from django_procedures.models import Lease, ProcedureRun, Step
-from django_procedures.policy.status import LEASED, LeaseOutcome, RunStatus, StepStatus
-from django_procedures.store import transitions, tree
-from django_procedures.store.db import db_now, db_now_plus, is_postgresql
+from django_procedures import clock
+from django_procedures.models import ProcedureRun
+from django_procedures.policy.status import LEASED, RunStatus
+from django_procedures.store import transitions
+from django_procedures.store.claim import Claim
+from django_procedures.store.db import db_now, db_now_plus, is_postgresql, sql_list
 from django_procedures.store.notify import notify
-from django_procedures.store.transitions import Ending
+from django_procedures.store.transitions import LostAttempt
 
 logger = logging.getLogger("django_procedures.store")
 
-_PG_RENEW = """
-UPDATE {run} SET lease_expires_at = clock_timestamp() + make_interval(secs => %(lease)s)
+_PG_RENEW = f"""
+UPDATE {{run}} SET lease_expires_at = clock_timestamp() + make_interval(secs => %(lease)s)
 WHERE id IN (
-    SELECT r.id FROM {run} AS r
+    SELECT r.id FROM {{run}} AS r
     JOIN unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS held(id, token)
       ON r.id = held.id AND r.lease_token = held.token
-    WHERE r.status IN ('running', 'rolling_back')
+    WHERE r.status IN ({sql_list(LEASED)})
     ORDER BY r.depth, r.id FOR UPDATE
 )
 RETURNING id, lease_token
@@ -45,7 +46,10 @@ def renew(held: Iterable[tuple[UUID, int]], lease_seconds: float) -> set[tuple[U
     if not held:
         return set()
     if is_postgresql():
-        with transaction.atomic(), connection.cursor() as cursor:
+        # One statement, in autocommit: the server commits it as it ends. In a transaction of its own, a
+        # worker frozen (SIGSTOP, VM pause) before sending COMMIT kept its rows locked until the idle timeout,
+        # and the sweep, which skips locked rows, could not take its procedures back.
+        with connection.cursor() as cursor:
             cursor.execute(_PG_RENEW.format(run=ProcedureRun._meta.db_table), {
                 "lease": float(lease_seconds), "ids": [i for i, _ in held], "tokens": [t for _, t in held]})
             return {(row[0], row[1]) for row in cursor.fetchall()}
@@ -74,7 +78,7 @@ def sweep_expired(limit: int = 100) -> SweepReport:
     The old lease closes as ``expired`` and the lost attempt is recorded as a
     ``lost`` step. A procedure lost inside a non-idempotent step is parked
     ``failed`` instead of being re-run: a final transition, made through
-    ``transitions.finalise`` in a transaction of its own (its schedule and
+    ``transitions.park_interrupted`` in a transaction of its own (its schedule and
     parent are locked before its row, in the lock order). A row another
     transaction holds is skipped, never waited for (the next sweep sees it
     again); a park waits its turn for the schedule and parent rows, as a
@@ -95,14 +99,16 @@ def _message(row: dict[str, Any]) -> str:
     return f"worker {row['lease_owner']} lost: its lease expired during {where}"
 
 
-def _lost_attempt(row: dict[str, Any], now: datetime) -> None:
-    """The ``lost`` Step row of the attempt, and its lease closed as ``expired``."""
-    Step._writer.create(procedure_id=row["id"], index=row["step"],
-                        name="rollback" if row["in_rollback"] else row["step_name"],
-                        attempt=row["attempt"], status=StepStatus.LOST, lease_token=row["lease_token"],
-                        started_at=row["step_started_at"], finished_at=now, error=_message(row))
-    Lease._writer.filter(procedure_id=row["id"], token=row["lease_token"], released_at__isnull=True).update(
-        released_at=db_now(), outcome=LeaseOutcome.EXPIRED)
+def _swept(row: dict[str, Any]) -> Claim:
+    """The expired claim as the sweep read it (``state`` and the counters are not needed by its writes)."""
+    return Claim(id=row["id"], type_name=row["type_name"], state={}, step=row["step"], step_name=row["step_name"],
+                 attempt=row["attempt"], failures=0, lost=0, lease_token=row["lease_token"], queue=row["queue"],
+                 parent_id=row["parent_id"], spawned_in=row["spawned_in"], schedule_id=row["schedule_id"],
+                 in_rollback=row["in_rollback"], lock_keys=row["lock_keys"])
+
+
+def _lost(row: dict[str, Any], now: datetime) -> LostAttempt:
+    return LostAttempt(_message(row), row["step_started_at"], now)
 
 
 def _resume_expired(limit: int) -> int:
@@ -119,7 +125,7 @@ def _resume_expired(limit: int) -> int:
                 status=RunStatus.READY, attempt=F("attempt") + 1, lost=F("lost") + 1,
                 lease_token=F("lease_token") + 1, lease_owner="", lease_expires_at=None)
             queues.add(row["queue"])
-            _lost_attempt(row, now)
+            transitions.record_lost_attempt(_swept(row), _lost(row, now))
             logger.warning("%s; resuming elsewhere", _message(row),
                            extra={"procedure_id": str(row["id"]), "lease_token": row["lease_token"]})
         notify(queues)
@@ -128,27 +134,7 @@ def _resume_expired(limit: int) -> int:
 
 def _park(row: dict[str, Any]) -> bool:
     """Park a run lost inside a non-idempotent step as ``failed`` (retryable by hand); False if it moved on."""
-    now = clock.now()
-    error = f"interrupted during non-idempotent step {row['step_name']}"
-
-    def write() -> bool:
-        # Still expired, under the same lease, inside the step: a worker that renewed or finished meanwhile
-        # wins. A row another transaction holds is left for the next sweep, as the resume does.
-        fence = ProcedureRun._writer.filter(id=row["id"], lease_token=row["lease_token"], status__in=LEASED,
-                                            in_unsafe_step=True, lease_expires_at__lt=db_now())
-        if fence.select_for_update(skip_locked=True).values_list("id", flat=True).first() is None:
-            return False
-        fence.update(status=RunStatus.FAILED, error=error, traceback="", failed_step=row["step_name"],
-                     failure_can_retry=True, finished_at=now, attempt=F("attempt") + 1, lost=F("lost") + 1,
-                     lease_token=F("lease_token") + 1, lease_owner="", lease_expires_at=None,
-                     in_unsafe_step=False, pending_children=0)
-        tree.cancel_subtree(row["id"], f"cancelled: ancestor {row['id']} failed", include_self=False)
-        _lost_attempt(row, now)
-        return True
-
-    run = Ending(row["id"], row["type_name"], row["parent_id"], row["spawned_in"], row["schedule_id"],
-                 bool(row["lock_keys"]))
-    if not transitions.finish_one(run, write, failed=True, signal=signals.procedure_failed, error=error):
+    if not transitions.park_interrupted(_swept(row), row["step_name"], lost=_lost(row, clock.now())):
         return False
     logger.warning("%s; parked as failed", _message(row),
                    extra={"procedure_id": str(row["id"]), "lease_token": row["lease_token"]})

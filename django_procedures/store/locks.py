@@ -14,7 +14,8 @@ from django.db import connection
 
 from django_procedures.models import KeyRequest, ProcedureRun
 from django_procedures.policy.locks import Request, blockers, tree_deadlocks
-from django_procedures.store.db import bound_cursor, is_postgresql, text_array
+from django_procedures.policy.status import CLAIMABLE
+from django_procedures.store.db import bound_cursor, is_postgresql, sql_list, text_array
 from django_procedures.store.notify import notify
 
 logger = logging.getLogger("django_procedures.locks")
@@ -95,10 +96,11 @@ def grant_due(*, type_names: Sequence[str], queues: Sequence[str] | None, limit:
     return granted
 
 
-_PG_KEYED_DUE = """
-    SELECT id, lock_keys, root_id, parent_id FROM {run}
-    WHERE status IN ('ready', 'retrying') AND run_at <= %(now)s AND type_name = ANY(%(types)s::text[]) {queue_filter}
-      AND NOT keys_held AND NOT waiting_for_keys AND lock_keys <> '[]'::jsonb AND NOT id = ANY(%(skip)s::uuid[])
+_PG_KEYED_DUE = f"""
+    SELECT id, lock_keys, root_id, parent_id FROM {{run}}
+    WHERE status IN ({sql_list(CLAIMABLE)}) AND run_at <= %(now)s AND type_name = ANY(%(types)s::text[])
+      {{queue_filter}} AND NOT keys_held AND NOT waiting_for_keys AND lock_keys <> '[]'::jsonb
+      AND NOT id = ANY(%(skip)s::uuid[])
     ORDER BY priority DESC, run_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

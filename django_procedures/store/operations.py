@@ -15,9 +15,9 @@ from django_procedures.exceptions import InvalidOperation
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.policy import manual_retry
 from django_procedures.policy.status import CLAIMABLE, FINAL, RunStatus
-from django_procedures.store import transitions, tree
+from django_procedures.store import final, tree
+from django_procedures.store.final import Ending
 from django_procedures.store.notify import notify
-from django_procedures.store.transitions import Ending
 
 
 def retry(procedure_id: Any, *, by: str = "") -> None:
@@ -124,7 +124,7 @@ def cancel(procedure_id: Any, *, by: str = "") -> CancelResult:
     if row["status"] not in FINAL:
         # Signals: cancel_subtree sends procedure_cancelled for each member it cancels.
         # has_keys=False: cancel_subtree releases the keys of every member it cancels.
-        transitions.finish_one(Ending(row["id"], row["type_name"], row["parent_id"], row["spawned_in"],
+        final.finish_one(Ending(row["id"], row["type_name"], row["parent_id"], row["spawned_in"],
                                       row["schedule_id"], has_keys=False), write, failed=True)
     if not cancelled:
         status = ProcedureRun._writer.filter(id=row["id"]).values_list("status", flat=True).first()
@@ -144,5 +144,5 @@ def fail_waiting(procedure_ids: Sequence[uuid.UUID], error: str) -> list[uuid.UU
             status=RunStatus.FAILED, error=error, failure_can_retry=True, finished_at=clock.now(),
             waiting_for_keys=False))
 
-    ended = transitions.finalise(runs, write, failed=True, signal=signals.procedure_failed, error=error)
+    ended = final.finalise(runs, write, failed=True, signal=signals.procedure_failed, error=error)
     return [run.id for run in ended]

@@ -16,6 +16,7 @@ from django_procedures import clock, registry
 from django_procedures.exceptions import InvalidOperation, LeaseLost, UnknownProcedureType
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.models.readonly import write_instance
+from django_procedures.models.schedule import validation_errors
 from django_procedures.policy.schedule import Mode, decide_trigger, fixed_delay_next_tick, on_run_finished
 from django_procedures.policy.schedule_args import OutOfRange, normalise
 from django_procedures.policy.status import LEASED, UNFINISHED
@@ -38,6 +39,18 @@ CADENCE = frozenset({"mode", "period", "cron", "timezone", "initial_delay"})
 def first_tick(schedule: Schedule, now: datetime) -> datetime:
     """A rate schedule with no initial delay is due at once; a cron one at its first fire time after that."""
     return schedule.first_tick(now)
+
+
+def check_schedule(schedule: Schedule) -> None:
+    """Raise ``ValidationError`` (field -> what to change) unless ``schedule`` is valid and its procedure is
+    registered in this process; ``Schedule.clean()`` checks the rest, not the registry."""
+    errors = validation_errors(schedule)
+    try:
+        registry.get(schedule.procedure)
+    except UnknownProcedureType as error:
+        errors = {"procedure": str(error), **errors}
+    if errors:
+        raise ValidationError(errors)
 
 
 def register_schedule(name: str, procedure: type[Procedure] | str, *, mode: str = "fixed_rate",
@@ -64,7 +77,7 @@ def register_schedule(name: str, procedure: type[Procedure] | str, *, mode: str 
         raise ValidationError({error.field: str(error)}) from None
     update = args.pop("update")
     wanted = Schedule(procedure=type_name, from_code=from_code, **args)
-    wanted.clean()
+    check_schedule(wanted)
     with transaction.atomic():
         existing = Schedule._writer.select_for_update().filter(name=name).first()
         if existing is None:
@@ -114,9 +127,9 @@ def save_schedule(schedule: Schedule) -> tuple[Schedule, list[str]]:
     pause state that ticks, runs and operators wrote meanwhile are kept; a
     changed cadence sets the next tick again. Returns the stored schedule and
     the fields that changed. Bad settings raise ``ValidationError`` as
-    ``clean()`` does.
+    ``check_schedule`` does.
     """
-    schedule.clean()
+    check_schedule(schedule)
     with transaction.atomic():
         if schedule.pk is None:
             if not schedule.enabled and not schedule.disabled_reason:

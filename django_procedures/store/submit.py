@@ -186,7 +186,7 @@ def json_rows(fields: Sequence[Field[Any, Any]], objs: Sequence[Model]) -> tuple
     """A PostgreSQL ``SELECT`` of the ``fields`` of ``objs``, one row per object, and its parameters.
 
     A column with the same value in every object is one parameter; the others come from one jsonb
-    parameter holding a JSON array per object (a run has 49 columns, a handful of which differ
+    parameter holding a JSON array per object (a run has over forty columns, a handful of which differ
     between a tick's runs). Columns are cast to their fields' types, varchar as text so that an
     INSERT still rejects an overlong value rather than the cast truncating it.
     """

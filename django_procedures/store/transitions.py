@@ -1,118 +1,418 @@
-"""The one path by which a procedure reaches a final status: ``done``, ``failed``, ``rolled_back``, ``cancelled``.
+"""Every transition of a claimed procedure, each named for what it does; writes are fenced.
 
-Every final transition -- a last step completing it, a permanent failure or
-exhausted retries, a rollback done or failed, the lease sweep or a shutdown
-parking a run lost inside a non-idempotent step, a cancel, a deadlock victim
-failed before it started -- goes through :func:`finalise`, which does, in one
-transaction:
-
-1. lock what the transition will update, in the lock order: the run's
-   schedule row, then its parent row (ancestors before descendants);
-2. the transition's own ``write``: the fenced update of the run, its ``Step``
-   row, its lease closed; it reports whether the run was still where the
-   transition expected it (if not, nothing else happens);
-3. the finish hooks: release the run's lock keys, count it off its parent's
-   suspension, complete its schedule run (free the slot, start a pending tick);
-4. the transition's signal, sent after commit.
-
-Because the parent and the schedule are locked before they are read, two
-runs finishing at once (siblings, or a run and a "trigger now") are applied
-one after the other and neither update is lost.
+A write about a claimed run matches ``(id, lease_token)`` while the run is
+leased, or :func:`fenced_update` raises ``LeaseLost``. The transitions to a
+final status (:func:`complete`, a permanent :func:`fail_attempt`,
+:func:`park_interrupted`, :func:`finish_rollback`, :func:`fail_rollback`) go
+through :func:`django_procedures.store.final.finalise`; a checkpoint or a
+completion on PostgreSQL is one statement (:mod:`~django_procedures.store.progress_sql`).
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
-from django.dispatch import Signal
+from django.db.models import F, QuerySet
 
-from django_procedures.models import Schedule
-from django_procedures.store import locks, tree
+from django_procedures import clock, signals
+from django_procedures.conf import conf
+from django_procedures.exceptions import LeaseLost
+from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.policy.retry import FailDecision, RetryDecision
+from django_procedures.policy.status import LEASED, LeaseOutcome, RunStatus, StepStatus
+from django_procedures.policy.text import clean_text
+from django_procedures.store import progress_sql, tree
+from django_procedures.store.claim import Claim
+from django_procedures.store.db import db_now, is_postgresql
 from django_procedures.store.events import send_after_commit
+from django_procedures.store.final import Ending, finish_one, joined
+from django_procedures.store.notify import notify
+from django_procedures.store.submit import Parent, build_row, insert
 
 if TYPE_CHECKING:
-    from django_procedures.store.claim import Claim
+    from django_procedures.procedure import Procedure
+
+_LEASE_CLEARED: dict[str, Any] = {"lease_owner": "", "lease_expires_at": None, "in_unsafe_step": False}
 
 
 @dataclass(frozen=True)
-class Ending:
-    """A run about to reach a final status, as the finish hooks need it (all fixed at submit)."""
+class StepRecord:
+    """A step that ran in this claim: what the ``Step`` row will say."""
 
-    id: uuid.UUID
-    type_name: str
-    parent_id: uuid.UUID | None = None
-    spawned_in: int = 0
-    schedule_id: int | None = None
-    #: False when the run was submitted without lock keys: saves the key lookup on the hot path.
-    has_keys: bool = True
-
-    @classmethod
-    def of(cls, claim: Claim) -> Ending:
-        return cls(claim.id, claim.type_name, claim.parent_id, claim.spawned_in, claim.schedule_id,
-                   bool(claim.lock_keys))
+    index: int
+    name: str
+    attempt: int
+    started_at: datetime
+    finished_at: datetime
 
 
-@contextmanager
-def joined() -> Iterator[None]:
-    """Join the caller's transaction (an atomic step's, or a test's) or open one."""
-    if transaction.get_connection().in_atomic_block:
-        yield
-    else:
-        with transaction.atomic():
-            yield
+# -- the fence ---------------------------------------------------------------------------------
 
 
-def lock_for_final(runs: Sequence[Ending]) -> None:
-    """Lock what the final transitions of ``runs`` update, in the lock order: schedules, then parents."""
-    schedules = sorted({r.schedule_id for r in runs if r.schedule_id is not None})
-    if schedules:
-        list(Schedule._writer.select_for_update().filter(id__in=schedules).order_by("id")
-             .values_list("id", flat=True))
-    tree.lock_rows([r.parent_id for r in runs])
+def held_row(claim: Claim) -> QuerySet[ProcedureRun]:
+    """The claimed row while ``claim`` still holds it: the fence every write and check of a claim goes through."""
+    return ProcedureRun._writer.filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED)
 
 
-def finalise(runs: Sequence[Ending], write: Callable[[Ending], bool], *, failed: bool,
-             signal: Signal | None = None, **signal_kwargs: Any) -> list[Ending]:
-    """Take ``runs`` to a final status through ``write``; returns the runs it ended.
+def fenced_update(claim: Claim, *, at_step: int | None = None, **fields: Any) -> None:
+    """Update the claimed row only while this claim still holds it; the one place that raises ``LeaseLost``.
 
-    ``write(run)`` makes the transition's own writes (the run's row first) and
-    returns False when the run was no longer where the transition expected it
-    (its lease moved, it finished meanwhile): that run is left alone. ``failed``
-    says how the parent and the schedule count it. Joins the caller's
-    transaction if there is one.
+    ``at_step`` also requires the committed step count to be unchanged (a
+    failure decided by another thread must not land after a checkpoint).
     """
-    ended = []
+    rows = held_row(claim)
+    if at_step is not None:
+        rows = rows.filter(step=at_step)
+    if not rows.update(**fields):
+        raise _lost(claim)
+
+
+def _lost(claim: Claim) -> LeaseLost:
+    return LeaseLost(f"procedure {claim.id} is no longer held by lease token {claim.lease_token}")
+
+
+def holds(claim: Claim) -> bool:
+    """Whether this claim still holds the procedure (a read; acting on it still needs a fenced write)."""
+    return held_row(claim).exists()
+
+
+@dataclass(frozen=True)
+class Reloaded:
+    """What :func:`reload` found: whether the claim still holds the procedure, and where it stands."""
+
+    held: bool
+    in_unsafe_step: bool = False
+
+
+def reload(claim: Claim) -> Reloaded:
+    """Re-read the claimed row after the connection was lost, and bring ``claim`` up to date with it.
+
+    The last transaction's COMMIT may or may not have landed: the row says
+    which (a checkpoint that committed has moved ``step`` on). ``held`` is
+    False when the lease moved meanwhile, or the procedure left the running
+    state (it finished, waits or retries: that outcome committed).
+    """
+    row = (held_row(claim)
+           .values("state", "step", "step_name", "attempt", "failures", "lost", "suspension", "in_rollback",
+                   "in_unsafe_step").first())
+    if row is None:
+        return Reloaded(held=False)
+    claim.state, claim.step, claim.step_name = row["state"], row["step"], row["step_name"]
+    claim.attempt, claim.failures, claim.lost = row["attempt"], row["failures"], row["lost"]
+    claim.suspension, claim.in_rollback = row["suspension"], row["in_rollback"]
+    return Reloaded(held=True, in_unsafe_step=row["in_unsafe_step"])
+
+
+def close_lease(procedure_id: Any, token: int, outcome: LeaseOutcome) -> None:
+    Lease._writer.filter(procedure_id=procedure_id, token=token, released_at__isnull=True).update(
+        released_at=db_now(), outcome=outcome
+    )
+
+
+# -- forward progress --------------------------------------------------------------------------
+
+
+def _committed(claim: Claim, records: Sequence[StepRecord]) -> None:
+    for r in records:
+        send_after_commit(signals.step_committed, procedure_id=claim.id, type_name=claim.type_name,
+                          step_index=r.index, step_name=r.name)
+
+
+def _done_rows(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any]) -> list[Step]:
+    """The ``Step`` rows of steps that ended done in this claim; the last carries the committed state."""
+    last = len(records) - 1
+    return [
+        Step(procedure_id=claim.id, index=r.index, name=r.name, attempt=r.attempt, status=StepStatus.DONE,
+             lease_token=claim.lease_token, started_at=r.started_at, finished_at=r.finished_at,
+             state=state if i == last else None)
+        for i, r in enumerate(records)
+    ]
+
+
+def commit_checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str) -> None:
+    """Commit ``records`` and ``state``; the next step to run is ``next_step``.
+
+    Inside an atomic step this runs as the last statement of the step's own
+    transaction, so the step's writes and its checkpoint commit together. On
+    PostgreSQL it is one statement (see :mod:`~django_procedures.store.progress_sql`).
+    """
     with joined():
-        lock_for_final(runs)
-        for run in runs:
-            if not write(run):
-                continue
-            finished(run, failed=failed)
-            ended.append(run)
-    if signal is not None:
-        for run in ended:
-            send_after_commit(signal, procedure_id=run.id, type_name=run.type_name, **signal_kwargs)
-    return ended
+        if is_postgresql():
+            written = progress_sql.write_progress(claim, records, state, next_step)
+        else:
+            written = bool(held_row(claim).update(
+                state=state, step=records[-1].index + 1, step_name=next_step, step_started_at=clock.now(),
+                attempt=1, failures=0, lost=0, in_unsafe_step=False))
+            if written:
+                Step._writer.bulk_create(_done_rows(claim, records, state))
+        if not written:
+            raise _lost(claim)
+    _committed(claim, records)
+    claim.state, claim.step, claim.step_name = state, records[-1].index + 1, next_step
+    claim.attempt, claim.failures, claim.lost = 1, 0, 0
 
 
-def finish_one(run: Ending, write: Callable[[], bool], *, failed: bool, signal: Signal | None = None,
-               **signal_kwargs: Any) -> bool:
-    """:func:`finalise` for one run; True if it ended."""
-    return bool(finalise([run], lambda _: write(), failed=failed, signal=signal, **signal_kwargs))
+def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], output: Any) -> None:
+    """Commit the last steps and finish the procedure ``done`` with ``output`` (a final transition).
+
+    On PostgreSQL the run, its ``Step`` rows and its lease are written by one
+    statement, inside the final path's locks and hooks.
+    """
+    def write() -> bool:
+        if records and is_postgresql():
+            if not progress_sql.write_progress(claim, records, state, "", complete=True, output=output):
+                return False
+        else:
+            step = records[-1].index + 1 if records else claim.step
+            if not held_row(claim).update(
+                    status=RunStatus.DONE, state=state, step=step, step_name="", output=output,
+                    finished_at=clock.now(), error="", traceback="", lease_owner="", lease_expires_at=None,
+                    in_unsafe_step=False):
+                return False
+            if records:
+                Step._writer.bulk_create(_done_rows(claim, records, state))
+            close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+        _committed(claim, records)
+        return True
+
+    if not finish_one(Ending.of(claim), write, failed=False, signal=signals.procedure_done):
+        raise _lost(claim)
 
 
-def finished(run: Ending, *, failed: bool) -> None:
-    """The finish hooks (rows locked by :func:`lock_for_final`): release the run's lock keys, count it off
-    its parent, and complete its schedule run."""
-    from django_procedures.store import schedules
+def child_rows(claim: Claim, children: Sequence[Procedure]) -> list[ProcedureRun]:
+    """The unsaved rows of a suspension's children; raises before anything is written if one is refused."""
+    now = clock.now()
+    here = Parent(claim.id, claim.root_id or claim.id, claim.depth, claim.suspension + 1)
+    rows = []
+    for i, child in enumerate(children):
+        options = child.options
+        if options.get("key"):
+            raise TypeError("children cannot carry an idempotency key: the suspension that creates them is "
+                            "committed once, so they are never created twice; drop key=")
+        rows.append(build_row(type(child), child.state, key=None, queue=options.get("queue"),
+                              priority=options.get("priority"), run_after=options.get("run_after"), now=now,
+                              parent=here, where=f"children[{i}].state", position=i))
+    return rows
 
-    if run.has_keys:
-        locks.release([run.id])
-    tree.child_finished(run.id, run.parent_id, run.spawned_in, failed=failed)
-    if run.schedule_id is not None:
-        schedules.run_finished(run.schedule_id, run.id, failed=failed)
+
+def suspend(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str,
+            rows: Sequence[ProcedureRun]) -> None:
+    """Checkpoint, insert the children's ``rows`` (from :func:`child_rows`) and wait for them, in one transaction.
+
+    ``next_step`` is where the parent resumes once every child is final ("" when
+    the suspending step was its last: it then finishes ``done``).
+    """
+    suspension = claim.suspension + 1
+    with joined():
+        fenced_update(claim, status=RunStatus.WAITING, state=state, step=records[-1].index + 1, step_name=next_step,
+                      attempt=1, failures=0, lost=0, pending_children=len(rows), suspension=suspension,
+                      **_LEASE_CLEARED)
+        Step._writer.bulk_create(_done_rows(claim, records, state))
+        insert(list(rows))
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+    _committed(claim, records)
+
+
+def handled_child_failure(claim: Claim, child_id: Any, state: dict[str, Any]) -> None:
+    """``on_child_failed`` returned for ``child_id``: save the state it left, and never report that child again."""
+    with joined():
+        fenced_update(claim, state=state, step_started_at=clock.now())
+        # Only while it is still final: a child retried meanwhile must have its next failure reported.
+        ProcedureRun._writer.filter(id=child_id, parent_id=claim.id, status__in=tree.FAILED_CHILD).update(
+            failure_handled=True)
+    claim.state = state
+
+
+def wait_or_continue(claim: Claim) -> str:
+    """After child failures were handled: ``"continue"`` if no child is left, ``"again"`` if more
+    failures arrived meanwhile, else the parent goes back to ``waiting`` (``"waiting"``)."""
+    with joined():
+        pending = held_row(claim).select_for_update().values_list("pending_children", flat=True).first()
+        if pending is None:
+            raise _lost(claim)
+        if not pending:
+            return "continue"
+        if tree.unhandled_failures(claim.id, claim.suspension):
+            return "again"
+        fenced_update(claim, status=RunStatus.WAITING, **_LEASE_CLEARED)
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+    return "waiting"
+
+
+def enter_unsafe_step(claim: Claim) -> None:
+    """Mark that a non-idempotent step starts now, so a lost worker parks the procedure instead of re-running it."""
+    with joined():
+        fenced_update(claim, in_unsafe_step=True, step_started_at=clock.now())
+
+
+# -- failures ----------------------------------------------------------------------------------
+
+
+def _truncate(text: str, limit: int, keep_tail: bool = False) -> str:
+    text = clean_text(text)  # error texts come from foreign code: no NUL, no lone surrogate
+    if len(text) <= limit:
+        return text
+    marker = "…[truncated]…"
+    return marker + text[-(limit - len(marker)):] if keep_tail else text[: limit - len(marker)] + marker
+
+
+def _failed_step(claim: Claim, record: StepRecord, error: str) -> None:
+    Step._writer.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
+                        status=StepStatus.FAILED, lease_token=claim.lease_token, started_at=record.started_at,
+                        finished_at=record.finished_at, error=error)
+
+
+def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback: str,
+                 decision: RetryDecision | FailDecision, *, rollback: bool = False, hand_off: bool = False,
+                 at_step: int | None = None) -> None:
+    """Record a failed attempt (``record``; None when no step ran) and apply ``decision``.
+
+    A retry makes the run ``retrying`` until ``decision.run_at``. A permanent
+    failure cancels the procedure's unfinished descendants. With ``rollback``
+    it goes ``rolling_back`` under the same lease (never committing ``failed``
+    first) and the caller runs the rollback next; with ``hand_off`` too, the
+    lease ends and the rollback is left for the next claim. Without
+    ``rollback`` the failure is final (through ``final.finalise``).
+    """
+    error = _truncate(error, conf.MAX_ERROR_LENGTH)
+    traceback = _truncate(traceback, conf.MAX_TRACEBACK_LENGTH, keep_tail=True)
+    failed_step = record.name if record else claim.step_name
+    at_step = claim.step if at_step is None else at_step
+    if isinstance(decision, RetryDecision):
+        with joined():
+            fenced_update(claim, at_step=at_step, status=RunStatus.RETRYING, run_at=decision.run_at,
+                          failures=decision.failures, attempt=claim.attempt + 1, error=error, traceback=traceback,
+                          **_LEASE_CLEARED)
+            if record is not None:
+                _failed_step(claim, record, error)
+            close_lease(claim.id, claim.lease_token, LeaseOutcome.RETRIED)
+        send_after_commit(signals.procedure_retrying, procedure_id=claim.id, type_name=claim.type_name, error=error)
+        return
+    if rollback:
+        lease = {"status": RunStatus.READY, "run_at": clock.now(), **_LEASE_CLEARED} if hand_off else {
+            "status": RunStatus.ROLLING_BACK, "in_unsafe_step": False}
+        with joined():
+            fenced_update(claim, at_step=at_step, in_rollback=True, failures=0, lost=0, attempt=1, error=error,
+                          traceback=traceback, failed_step=failed_step, failure_can_retry=decision.manual_retry,
+                          pending_children=0, **lease)
+            if record is not None:
+                _failed_step(claim, record, error)
+            tree.cancel_subtree(claim.id, f"cancelled: ancestor {claim.id} failed", include_self=False)
+            if hand_off:
+                close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
+                notify([claim.queue])
+        claim.in_rollback, claim.failures, claim.lost, claim.attempt = True, 0, 0, 1
+        return
+
+    def write() -> bool:
+        tried = 1 if record is not None else 0  # poisonous or removed steps fail without an attempt
+        fenced_update(claim, at_step=at_step, status=RunStatus.FAILED, failures=claim.failures + tried,
+                      attempt=claim.attempt + tried, error=error, traceback=traceback, failed_step=failed_step,
+                      failure_can_retry=decision.manual_retry, finished_at=clock.now(), pending_children=0,
+                      **_LEASE_CLEARED)
+        if record is not None:
+            _failed_step(claim, record, error)
+        tree.cancel_subtree(claim.id, f"cancelled: ancestor {claim.id} failed", include_self=False)
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
+        return True
+
+    finish_one(Ending.of(claim), write, failed=True, signal=signals.procedure_failed, error=error)
+
+
+@dataclass(frozen=True)
+class LostAttempt:
+    """An attempt whose worker was lost (its lease expired): recorded as a ``lost`` step by the sweep."""
+
+    error: str
+    started_at: datetime | None
+    finished_at: datetime
+
+
+def record_lost_attempt(claim: Claim, lost: LostAttempt) -> None:
+    """The ``lost`` Step row of the attempt, and its lease closed as ``expired``."""
+    Step._writer.create(procedure_id=claim.id, index=claim.step,
+                        name="rollback" if claim.in_rollback else claim.step_name,
+                        attempt=claim.attempt, status=StepStatus.LOST, lease_token=claim.lease_token,
+                        started_at=lost.started_at, finished_at=lost.finished_at, error=lost.error)
+    close_lease(claim.id, claim.lease_token, LeaseOutcome.EXPIRED)
+
+
+def park_interrupted(claim: Claim, step_name: str, *, lost: LostAttempt | None = None) -> bool:
+    """Park a run interrupted inside non-idempotent step ``step_name`` as ``failed`` (retryable by hand):
+    the step may or may not have taken effect, so it is never run again by itself. A final transition.
+
+    By the worker that holds it (``lost`` None): fenced on the claim, raises
+    ``LeaseLost`` if the lease moved. By the lease sweep (``lost``: the expired
+    attempt): only while the lease is still expired inside the step, counting a
+    lost attempt and fencing out the old token; False if the run moved on (a
+    row another transaction holds is left for the next sweep).
+    """
+    error = f"interrupted during non-idempotent step {step_name}"
+    if lost is None:
+        fail_attempt(claim, None, error, "", FailDecision("interrupted", manual_retry=True))
+        return True
+
+    def write() -> bool:
+        # Still expired, under the same lease, inside the step: a worker that renewed or finished meanwhile wins.
+        rows = held_row(claim).filter(in_unsafe_step=True, lease_expires_at__lt=db_now())
+        if rows.select_for_update(skip_locked=True).values_list("id", flat=True).first() is None:
+            return False
+        rows.update(status=RunStatus.FAILED, error=error, traceback="", failed_step=claim.step_name,
+                    failure_can_retry=True, finished_at=lost.finished_at, attempt=F("attempt") + 1,
+                    lost=F("lost") + 1, lease_token=F("lease_token") + 1, pending_children=0, **_LEASE_CLEARED)
+        tree.cancel_subtree(claim.id, f"cancelled: ancestor {claim.id} failed", include_self=False)
+        record_lost_attempt(claim, lost)
+        return True
+
+    return finish_one(Ending.of(claim), write, failed=True, signal=signals.procedure_failed, error=error)
+
+
+def finish_rollback(claim: Claim, record: StepRecord) -> None:
+    """The rollback succeeded: ``rolled_back``, final."""
+    def write() -> bool:
+        fenced_update(claim, status=RunStatus.ROLLED_BACK, finished_at=clock.now(), rollback_error="",
+                      **_LEASE_CLEARED)
+        Step._writer.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
+                            status=StepStatus.DONE, lease_token=claim.lease_token, started_at=record.started_at,
+                            finished_at=record.finished_at)
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+        return True
+
+    finish_one(Ending.of(claim), write, failed=True, signal=signals.procedure_rolled_back)
+
+
+def fail_rollback(claim: Claim, record: StepRecord, error: str, decision: RetryDecision | FailDecision) -> None:
+    """The rollback failed: try it again later, or end ``failed`` with both errors kept."""
+    error = _truncate(error, conf.MAX_ERROR_LENGTH)
+    if isinstance(decision, RetryDecision):
+        with joined():
+            fenced_update(claim, status=RunStatus.RETRYING, run_at=decision.run_at, failures=decision.failures,
+                          attempt=claim.attempt + 1, rollback_error=error, **_LEASE_CLEARED)
+            _failed_step(claim, record, error)
+            close_lease(claim.id, claim.lease_token, LeaseOutcome.RETRIED)
+        return
+
+    def write() -> bool:
+        fenced_update(claim, status=RunStatus.FAILED, failures=claim.failures + 1, attempt=claim.attempt + 1,
+                      rollback_error=error, finished_at=clock.now(), pending_children=0,
+                      failure_can_retry=decision.manual_retry, **_LEASE_CLEARED)
+        _failed_step(claim, record, error)
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
+        return True
+
+    finish_one(Ending.of(claim), write, failed=True, signal=signals.procedure_failed, error=error)
+
+
+# -- giving the procedure back -----------------------------------------------------------------
+
+
+def release(claim: Claim) -> None:
+    """Give the procedure back as ``ready`` without counting an attempt; any late write is fenced out."""
+    with joined():
+        fenced_update(claim, status=RunStatus.READY, lease_token=F("lease_token") + 1, **_LEASE_CLEARED)
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.RELEASED)
+        notify([claim.queue])
+    send_after_commit(signals.procedure_released, procedure_id=claim.id, type_name=claim.type_name)

@@ -13,7 +13,7 @@ import threading
 from typing import Any, ClassVar
 
 from django_procedures.exceptions import NonRetryable, NotActive
-from django_procedures.policy.retry import RetryPolicy
+from django_procedures.policy.retry import RetryPolicy, is_permanent
 from django_procedures.procedure import Procedure, Status, step
 from django_procedures.runtime.context import Context
 from django_procedures.store.db import is_disconnect
@@ -64,7 +64,7 @@ def exception_path(error: BaseException) -> str:
 def raised(error: BaseException, retry: RetryPolicy) -> TaskRaised:
     """``error`` as a :class:`TaskRaised` named by its class path, retryable as ``retry`` says."""
     path = exception_path(error)
-    final = isinstance(error, (NonRetryable, *retry.non_retryable))
+    final = is_permanent(retry, error, (NonRetryable,))
     with _lock:
         wrapper = _wrappers.get((path, final))
         if wrapper is None:

@@ -2,7 +2,8 @@
 
 Behaviour is driven by the state, so one class serves many tests:
 ``marker`` (a file path touched when a step starts), ``sleep`` ({step: seconds}),
-``poll`` (True: sleep in short slices calling ``ctx.ensure_active()``).
+``until`` ({step: file}: the step waits until that file exists, so a test can catch it in flight however
+slow the machine), ``poll`` (True: wait in short slices calling ``ctx.ensure_active()``).
 """
 
 import os
@@ -12,6 +13,10 @@ from pathlib import Path
 
 from django_procedures import NonRetryable, Procedure, RetryPolicy, Status, step
 from testproject.testapp.models import Effect
+
+#: How long a step waits for a file a test is to create, at most: a safety net against a hung test, far longer
+#: than any test waits on a loaded machine before creating it.
+GATE_TIMEOUT = 600.0
 
 FAST_RETRY = RetryPolicy(max_attempts=3, initial_delay=0.0, backoff=1.0, jitter=0.0)
 
@@ -26,9 +31,12 @@ def _pause(proc, ctx, name: str) -> None:
         Path(f"{marker}.{name}").write_text(str(os.getpid()))
     seconds = proc.state.get("sleep", {}).get(name, 0)
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    gate = proc.state.get("until", {}).get(name)
+    while time.monotonic() < deadline or (gate and not Path(gate).exists()):
         if proc.state.get("poll"):
             ctx.ensure_active()
+        if gate and time.monotonic() > deadline + GATE_TIMEOUT:
+            raise RuntimeError(f"{gate} never appeared")
         time.sleep(0.05)
 
 
@@ -268,14 +276,14 @@ class KeyHolder(Procedure):
         deadline = time.monotonic() + self.state.get("hold", 0)
         while (flag and not Path(flag).exists()) or time.monotonic() < deadline:
             time.sleep(0.02)
-            if flag and time.monotonic() > deadline + 60:
+            if flag and time.monotonic() > deadline + GATE_TIMEOUT:
                 raise RuntimeError("flag never appeared")
 
 
 # -- trees in real worker processes (tests/runtime/test_tree_processes.py) -----------------------
 
 
-def _wait_for_file(path, what: str, timeout: float = 60.0) -> None:
+def _wait_for_file(path, what: str, timeout: float = GATE_TIMEOUT) -> None:
     deadline = time.monotonic() + timeout
     while not Path(path).exists():
         if time.monotonic() > deadline:

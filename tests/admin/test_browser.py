@@ -76,7 +76,7 @@ def browser(monkeypatch) -> Iterator[Any]:
 def open_page(browser, live_server, username: str, width: int = 1440) -> Page:
     """A new browser page, logged in through the admin's login form."""
     page = browser.new_page(viewport={"width": width, "height": 860})
-    page.set_default_timeout(15_000)
+    page.set_default_timeout(60_000)  # a loaded machine: a slow page is no failure
     page.goto(f"{live_server.url}/admin/login/?next=/admin/")
     page.fill("#id_username", username)
     page.fill("#id_password", "pw")
@@ -176,9 +176,9 @@ def test_a_running_tree_says_why_each_member_is_not_running(browser, live_server
     Flaky.submit({"fail_times": 2})
     drain()
     parent = Parent.submit({"fanout": 3})
-    (spawning,) = claim("worker-1@app-1", type_names=[Parent.type_name], limit=1, lease_seconds=30)
+    (spawning,) = claim("worker-1@app-1", type_names=[Parent.type_name], limit=1, lease_seconds=3600)
     execute(RunningClaim(spawning))
-    claim("worker-2@app-2", type_names=[Leaf.type_name], limit=1, lease_seconds=30)
+    claim("worker-2@app-2", type_names=[Leaf.type_name], limit=1, lease_seconds=3600)
     page = open_page(browser, live_server, "operator")
 
     page.goto(live_server.url + page_url(parent.id))

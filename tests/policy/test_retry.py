@@ -3,7 +3,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from django_procedures.policy.retry import FailDecision, RetryDecision, RetryPolicy, decide_failure, is_poisonous
+from django_procedures.policy.retry import (
+    FailDecision,
+    RetryDecision,
+    RetryPolicy,
+    decide_error,
+    decide_failure,
+    is_poisonous,
+)
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -47,6 +54,39 @@ def test_budget_counts_failed_attempts(failures_before, max_attempts, expected):
 def test_not_retryable_fails_at_once_and_keeps_manual_retry_flag():
     decision = decide_failure(RetryPolicy(), failures_before=0, now=NOW, retryable=False, manual_retry=False)
     assert decision == FailDecision("not retryable", manual_retry=False)
+
+
+class _Permanent(Exception):
+    """Stands for the caller's ``NonRetryable`` (policy/ imports nothing of the package)."""
+
+    def __init__(self, manual_retry: bool = True) -> None:
+        super().__init__("no")
+        self.manual_retry = manual_retry
+
+
+class _HostileFlag(Exception):
+    @property
+    def manual_retry(self):
+        raise RuntimeError("foreign code")
+
+
+_POLICY = RetryPolicy(max_attempts=3, initial_delay=1, backoff=2, jitter=0, non_retryable=(KeyError,))
+
+
+@pytest.mark.parametrize(
+    ("error", "failures_before", "expected"),
+    [
+        (ValueError("x"), 0, RetryDecision(NOW + timedelta(seconds=1), 1)),
+        (ValueError("x"), 2, FailDecision("gave up after 3 failed attempts", True)),
+        (KeyError("x"), 0, FailDecision("not retryable", True)),  # listed in the policy
+        (_Permanent(), 0, FailDecision("not retryable", True)),  # the caller's permanent type
+        (_Permanent(manual_retry=False), 0, FailDecision("not retryable", False)),
+        (_HostileFlag(), 2, FailDecision("gave up after 3 failed attempts", True)),  # a flag that raises: True
+    ],
+)
+def test_decide_error_is_the_retry_or_fail_decision_for_a_raised_error(error, failures_before, expected):
+    decision = decide_error(_POLICY, error, failures_before=failures_before, now=NOW, permanent=(_Permanent,))
+    assert decision == expected
 
 
 def test_poisonous_after_max_lost():

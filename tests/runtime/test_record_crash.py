@@ -5,7 +5,7 @@ import pytest
 from django_procedures import registry
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.runtime.executor import Outcome, RunningClaim, record_crash
-from django_procedures.store import fence
+from django_procedures.store import transitions
 from django_procedures.store.claim import claim
 from testproject.testapp.procedures import ThreeSteps
 
@@ -34,7 +34,7 @@ def test_the_last_resort_records_a_failed_attempt_under_the_retry_policy():
 def test_the_last_resort_leaves_alone_a_claim_it_no_longer_holds():
     handle = ThreeSteps.submit({})
     running = claimed()
-    fence.release(running.claim)
+    transitions.release(running.claim)
 
     assert record_crash(running, SystemExit(1), "") == Outcome.LOST
     run = ProcedureRun.objects.get(id=handle.id)

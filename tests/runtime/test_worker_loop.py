@@ -1,13 +1,17 @@
 """The worker's main loop, in-process: upkeep never starves claiming."""
 
 import itertools
+import logging
 import time
 
 import pytest
 
 from django_procedures.models import ProcedureRun
+from django_procedures.policy.prefetch import GIVE_BACK_SECONDS
 from django_procedures.runtime import worker as worker_module
+from django_procedures.runtime.executor import Outcome, RunningClaim, execute
 from django_procedures.runtime.worker import Worker, WorkerOptions
+from django_procedures.store.claim import claim
 from testproject.testapp.procedures import ThreeSteps
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -32,3 +36,36 @@ def test_a_sweep_slower_than_its_interval_is_not_run_again_before_the_next_claim
     assert set(ProcedureRun.objects.values_list("status", flat=True)) == {"done"}
     gaps = [later[0] - earlier[1] for earlier, later in itertools.pairwise(sweeps)]
     assert len(gaps) >= 2 and min(gaps) >= 0.19, gaps
+
+
+# -- claims that end before a thread runs a step of them: counted and logged like any lost claim ----------------
+
+
+def test_a_claim_cancelled_while_it_waited_for_a_thread_is_counted_lost_and_logged(caplog, settings):
+    """Found by the tree tests on a busy machine: given back after a cancel, it was in no stats count and no log."""
+    caplog.set_level(logging.INFO, logger="django_procedures.worker")
+    settings.PROCEDURES = {"LISTEN_NOTIFY": False}
+    handle = ThreeSteps.submit({})
+    worker = Worker(WorkerOptions(concurrency=1, lease_seconds=30))  # its threads are not started
+    try:
+        assert worker._claim(1) == 1  # held, waiting for a thread (as a claim ahead of the threads waits)
+        handle.cancel(by="test")
+        (waiting,) = worker.snapshot()
+        waiting.claimed_at -= GIVE_BACK_SECONDS  # it has waited too long: the main loop gives it back
+        worker._give_back_stale()
+    finally:
+        worker.waker.close()
+    assert (worker.stats["claimed"], worker.stats["lost"], worker.stats["given_back"], worker.busy) == (1, 1, 0, 0)
+    assert f"procedure {handle.id}: stopped: lease token 1 was taken over or cancelled" in caplog.text
+    assert ProcedureRun.objects.get(id=handle.id).status == "cancelled"
+
+
+def test_a_claim_lost_before_its_first_step_logs_that_it_stopped(caplog):
+    caplog.set_level(logging.INFO, logger="django_procedures.worker")
+    handle = ThreeSteps.submit({})
+    (claimed,) = claim("w", type_names=[ThreeSteps.type_name], limit=1, lease_seconds=30)
+    running = RunningClaim(claimed)
+    running.activity.lose("lease token 1 was taken over or cancelled")  # as the heartbeat does
+    assert execute(running) == Outcome.LOST
+    assert f"procedure {handle.id}: stopped: lease token 1 was taken over or cancelled" in caplog.text
+    assert ProcedureRun.objects.get(id=handle.id).step == 0  # no step ran

@@ -3,7 +3,10 @@
 Each test commits its data (``transaction=True``) so the worker subprocesses,
 connected to the same test database, see it; the assertions read the
 ``ProcedureRun``, ``Step`` and ``Lease`` rows and the test app's ``Effect``
-rows (one per committed execution of a step's body).
+rows (one per committed execution of a step's body). Steps are caught in flight
+by waiting for the files they write and hold on to (``until``), never by how long
+they sleep; every wait is a poll of the database (or of such a file) with a
+generous deadline, since a loaded machine may be slow.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.policy.status import FINAL
+from django_procedures.runtime.worker import APPLICATION_NAME_PREFIX
 from testproject.testapp.models import Effect
 from testproject.testapp.procedures import ChargeCard, KillsItsWorker, ThreeSteps
 from tests.runtime.processes import Workers, read_pid, wait_for
@@ -27,6 +32,11 @@ pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 
 #: Workers in these tests sweep expired leases often, so a 2 s lease is reclaimed within ~2.5 s.
 FAST = {"SWEEP_SECONDS": 0.5}
+#: The lease of a worker a test kills or freezes (recovery waits for it), and of every other worker: long
+#: enough that a busy machine never lets it lapse.
+SHORT_LEASE, LEASE = 2.0, 30.0
+#: Seconds to wait for anything that is only a matter of time.
+WAIT = 120
 
 
 # -- reading the database -------------------------------------------------------------------------
@@ -70,7 +80,31 @@ def wait_marker(path: Path, pid: int, *, timeout: float, workers: Workers) -> No
              what=f"{path.name} written by pid {pid}")
 
 
-def stop(worker, timeout: float = 15.0) -> int:
+def worker_sessions(worker, role: str) -> list[int]:
+    """Backend pids of the worker's connections whose role starts with ``role`` (see ``application_name``)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name "
+                       "LIKE %s", [f"{APPLICATION_NAME_PREFIX}/{role}%/{worker.worker_id}"])
+        return [pid for (pid,) in cursor.fetchall()]
+
+
+def session_state(pid: int) -> str:
+    """The backend's state ('idle', 'idle in transaction', ...; '' once it is gone). Outside a transaction only:
+    ``pg_stat_activity`` is a snapshot within one."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", [pid])
+        row = cursor.fetchone()
+    return (row[0] or "") if row else ""
+
+
+def waits_for_a_lock(pid: int) -> bool:
+    """Whether the backend waits for a lock (read live from ``pg_locks``, also inside a transaction)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted", [pid])
+        return cursor.fetchone() is not None
+
+
+def stop(worker, timeout: float = WAIT) -> int:
     worker.signal(signal.SIGTERM)
     return worker.wait(timeout)
 
@@ -79,18 +113,19 @@ def stop(worker, timeout: float = 15.0) -> int:
 
 
 def test_sigkill_during_step_two_resumes_at_step_two(workers, tmp_path):
-    marker = tmp_path / "m"
-    handle = ThreeSteps.submit({"marker": str(marker), "sleep": {"two": 3}})
-    a = workers.start(procedures=FAST)
-    wait_marker(Path(f"{marker}.two"), a.pid, timeout=30, workers=workers)
+    marker, flag = tmp_path / "m", tmp_path / "flag"
+    handle = ThreeSteps.submit({"marker": str(marker), "until": {"two": str(flag)}})
+    a = workers.start(lease_seconds=SHORT_LEASE, procedures=FAST)
+    wait_marker(Path(f"{marker}.two"), a.pid, timeout=WAIT, workers=workers)
 
     a.signal(signal.SIGKILL)
-    assert a.wait(5) == -signal.SIGKILL
+    assert a.wait(WAIT) == -signal.SIGKILL
+    flag.touch()  # the next attempt of step two goes straight through
     row = run(handle.id)
     assert (row.status, row.step, row.step_name, row.lease_owner) == ("running", 1, "two", a.worker_id)
 
-    b = workers.start(procedures=FAST)
-    wait_status(handle.id, "done", timeout=30, workers=workers)
+    b = workers.start(lease_seconds=LEASE, procedures=FAST)
+    wait_status(handle.id, "done", timeout=WAIT, workers=workers)
 
     row = run(handle.id)
     assert row.output == {"done": ["one", "two", "three"]}  # resumed from the checkpoint after step one
@@ -117,27 +152,32 @@ def test_sigstop_until_lease_expires_fences_out_the_frozen_commit(workers, tmp_p
     itself must match no row. Either way the worker must survive and keep
     serving: its executor thread needs a working connection again.
     """
-    lease = 2.0
     frozen_settings = dict(FAST)
     if idle_timeout is not None:
         frozen_settings["IDLE_IN_TRANSACTION_TIMEOUT_SECONDS"] = idle_timeout
-    marker = tmp_path / "m"
-    handle = ThreeSteps.submit({"marker": str(marker), "sleep": {"two": 3}})
-    a = workers.start(lease_seconds=lease, procedures=frozen_settings)
-    wait_marker(Path(f"{marker}.two"), a.pid, timeout=30, workers=workers)
+    marker, flag = tmp_path / "m", tmp_path / "flag"
+    handle = ThreeSteps.submit({"marker": str(marker), "until": {"two": str(flag)}})
+    a = workers.start(lease_seconds=SHORT_LEASE, procedures=frozen_settings)
+    wait_marker(Path(f"{marker}.two"), a.pid, timeout=WAIT, workers=workers)
 
     a.signal(signal.SIGSTOP)
-    frozen_at = time.monotonic()
-    b = workers.start(lease_seconds=lease, procedures=FAST)
-    wait_status(handle.id, "done", timeout=30, workers=workers)
+    flag.touch()  # frozen, worker A cannot see it; the next attempt, on worker B, goes straight through
+    b = workers.start(lease_seconds=LEASE, procedures=FAST)
+    wait_status(handle.id, "done", timeout=WAIT, workers=workers)
     assert stop(b) == 0
-    if idle_timeout is None:  # make sure PostgreSQL has cut the frozen transaction (2 x lease, plus margin)
-        time.sleep(max(0.0, frozen_at + 2 * lease + 1.0 - time.monotonic()))
+    if idle_timeout is None:  # PostgreSQL has cut the frozen transaction (2 x lease): its session is gone
+        wait_for(lambda: not worker_sessions(a, "exec-"), timeout=WAIT, workers=workers,
+                 what="PostgreSQL to end the frozen worker's idle transaction")
 
     a.signal(signal.SIGCONT)
-    wait_for(lambda: a.log_lines(level="INFO", containing="lease token"), timeout=15, workers=workers,
-             what="the resumed worker to log its lost lease at INFO")
+    # It keeps running: the same process (one thread) drops the frozen attempt's result, then claims and
+    # finishes new work on a working connection.
+    again = ThreeSteps.submit({})
+    wait_status(again.id, "done", timeout=WAIT, workers=workers)
     assert a.alive(), a.describe()
+    # The one INFO line with the old lease token (docs/running-workers.md), written before the thread
+    # took up new work; no error, no traceback.
+    assert a.log_lines(level="INFO", containing="lease token"), a.describe()
     assert not a.log_lines(level="ERROR"), "a fenced-out commit is not an error:\n" + a.describe()
     assert "Traceback" not in a.log(), a.describe()
 
@@ -149,30 +189,57 @@ def test_sigstop_until_lease_expires_fences_out_the_frozen_commit(workers, tmp_p
     assert effects(handle.id) == [("one", a.pid), ("two", b.pid), ("three", b.pid)]
     assert leases(handle.id) == [(a.worker_id, "expired", True), (b.worker_id, "completed", True)]
 
-    # It keeps running: the same process claims and finishes new work, on a working connection.
-    again = ThreeSteps.submit({})
-    wait_status(again.id, "done", timeout=20, workers=workers)
     assert effects(again.id) == [("one", a.pid), ("two", a.pid), ("three", a.pid)]
     assert leases(again.id) == [(a.worker_id, "completed", True)]
     assert open_leases() == 0
     assert stop(a) == 0
 
 
+def test_a_worker_frozen_during_its_lease_renewal_leaves_no_row_locked(workers, tmp_path):
+    """Found by the SIGSTOP test on a busy machine: a freeze between the renewal and its COMMIT kept the rows locked.
+
+    The test holds the procedure's row so that the worker's renewal waits for it, freezes the worker, and lets
+    the renewal run: it must commit without the frozen client, or the row stays locked (the sweep skips it)
+    until the idle-transaction timeout, here 10 minutes.
+    """
+    marker, flag = tmp_path / "m", tmp_path / "flag"
+    handle = ThreeSteps.submit({"marker": str(marker), "until": {"two": str(flag)}})
+    a = workers.start(lease_seconds=SHORT_LEASE, procedures={**FAST, "IDLE_IN_TRANSACTION_TIMEOUT_SECONDS": 600})
+    wait_marker(Path(f"{marker}.two"), a.pid, timeout=WAIT, workers=workers)
+    (heartbeat,) = wait_for(lambda: worker_sessions(a, "heartbeat"), timeout=WAIT, workers=workers,
+                            what="the worker's heartbeat connection")
+
+    with transaction.atomic():
+        ProcedureRun.objects.select_for_update().get(id=handle.id)
+        wait_for(lambda: waits_for_a_lock(heartbeat), timeout=WAIT, workers=workers,
+                 what="the lease renewal to wait for the row")
+        a.signal(signal.SIGSTOP)
+    # The renewal ran once the row was free: idle if it committed, idle in transaction if it waits for the
+    # frozen worker's COMMIT (holding the row).
+    state = wait_for(lambda: (s := session_state(heartbeat)) in ("idle", "idle in transaction") and s,
+                     timeout=WAIT, workers=workers, what="the lease renewal to run")
+    assert state == "idle", "the frozen worker's renewal holds the procedure's row in an open transaction"
+
+    flag.touch()
+    b = workers.start(lease_seconds=LEASE, procedures=FAST)
+    wait_status(handle.id, "done", timeout=WAIT, workers=workers)  # swept once its lease expired, resumed
+    assert leases(handle.id) == [(a.worker_id, "expired", True), (b.worker_id, "completed", True)]
+    assert stop(b) == 0
+
+
 # -- 3. SIGTERM --------------------------------------------------------------------------------------
 
 
 def test_sigterm_releases_the_lease_for_another_worker(workers, tmp_path):
-    started = time.monotonic()
     marker = tmp_path / "m"
-    handle = ThreeSteps.submit({"marker": str(marker), "sleep": {"two": 300}, "poll": True})
-    # A lease far longer than this test may take: passing proves it was released, not left to expire.
-    a = workers.start(lease_seconds=600, procedures=FAST)
-    wait_marker(Path(f"{marker}.two"), a.pid, timeout=30, workers=workers)
+    handle = ThreeSteps.submit({"marker": str(marker), "sleep": {"two": 3000}, "poll": True})
+    # A lease far longer than this test may take: passing proves it was released, not left to expire. A
+    # shutdown timeout far longer than the wait below: exiting proves the step stopped at ensure_active().
+    a = workers.start("--shutdown-timeout", "1800", lease_seconds=3600, procedures=FAST)
+    wait_marker(Path(f"{marker}.two"), a.pid, timeout=WAIT, workers=workers)
 
-    signalled = time.monotonic()
     a.signal(signal.SIGTERM)
-    assert a.wait(10) == 0
-    assert time.monotonic() - signalled < 5, a.describe()
+    assert a.wait(WAIT) == 0
 
     row = run(handle.id)
     assert (row.status, row.step, row.step_name, row.lease_owner, row.lease_expires_at) == (
@@ -184,8 +251,8 @@ def test_sigterm_releases_the_lease_for_another_worker(workers, tmp_path):
     # Let the next run of step two be quick (the procedure is ready: no worker holds it).
     state = dict(row.state, sleep={})
     ProcedureRun._writer.filter(id=handle.id, status="ready").update(state=state)
-    b = workers.start("--burst", lease_seconds=600, procedures=FAST)
-    assert b.wait(30) == 0
+    b = workers.start("--burst", lease_seconds=3600, procedures=FAST)
+    assert b.wait(WAIT) == 0
 
     row = run(handle.id)
     assert (row.status, row.output) == ("done", {"done": ["one", "two", "three"]})
@@ -193,26 +260,26 @@ def test_sigterm_releases_the_lease_for_another_worker(workers, tmp_path):
     assert effects(handle.id) == [("one", a.pid), ("two", b.pid), ("three", b.pid)]
     assert leases(handle.id) == [(a.worker_id, "released", True), (b.worker_id, "completed", True)]
     assert open_leases() == 0
-    assert time.monotonic() - started < 60  # nowhere near the 600 s lease
 
 
 def test_second_sigterm_exits_at_once(workers, tmp_path):
     marker = tmp_path / "m"
-    handle = ThreeSteps.submit({"marker": str(marker), "sleep": {"two": 300}})  # never calls ensure_active
-    a = workers.start("--shutdown-timeout", "120", lease_seconds=600, procedures=FAST)
-    wait_marker(Path(f"{marker}.two"), a.pid, timeout=30, workers=workers)
+    handle = ThreeSteps.submit({"marker": str(marker), "sleep": {"two": 3000}})  # never calls ensure_active
+    a = workers.start("--shutdown-timeout", "1800", lease_seconds=3600, procedures=FAST)
+    wait_marker(Path(f"{marker}.two"), a.pid, timeout=WAIT, workers=workers)
 
     a.signal(signal.SIGTERM)
-    wait_for(lambda: a.log_lines(containing="shutting down"), timeout=5, workers=workers,
+    # The documented acknowledgement (docs/running-workers.md): the handler ran, so the next signal is the
+    # second one (two signals sent before the handler runs would count as one).
+    wait_for(lambda: a.log_lines(containing="shutting down"), timeout=WAIT, workers=workers,
              what="the first SIGTERM to be acknowledged")
-    time.sleep(1.0)
-    assert a.alive(), "the first SIGTERM waits for the running step (shutdown timeout 120 s)\n" + a.describe()
+    assert a.alive(), "the first SIGTERM waits for the running step (shutdown timeout 1800 s)\n" + a.describe()
 
-    signalled = time.monotonic()
     a.signal(signal.SIGTERM)
-    rc = a.wait(5)
-    assert time.monotonic() - signalled < 2, a.describe()
-    assert rc == 128 + signal.SIGTERM
+    # Exiting within the wait, with the step still sleeping and the shutdown timeout far off, is "at once";
+    # the status says it was the second signal (the first would have ended in 0 after the timeout).
+    rc = a.wait(WAIT)
+    assert rc == 128 + signal.SIGTERM, a.describe()
     assert "second signal" in a.log()
     row = run(handle.id)
     assert (row.status, row.step_name, row.lease_owner) == ("running", "two", a.worker_id)  # left to expire
@@ -227,8 +294,8 @@ def test_step_that_kills_its_worker_fails_as_poisonous(workers):
     handle = KillsItsWorker.submit({})
     deaths = 0
     for _ in range(6):
-        w = workers.start(lease_seconds=1.5, procedures=FAST)
-        wait_for(lambda w=w: not w.alive() or status_of(handle.id) in FINAL, timeout=30, workers=workers,
+        w = workers.start(lease_seconds=SHORT_LEASE, procedures=FAST)
+        wait_for(lambda w=w: not w.alive() or status_of(handle.id) in FINAL, timeout=WAIT, workers=workers,
                  what="the worker to die or the procedure to end")
         if status_of(handle.id) in FINAL:
             break
@@ -254,15 +321,15 @@ def test_step_that_kills_its_worker_fails_as_poisonous(workers):
 def test_worker_without_the_type_leaves_it_for_one_that_has_it(workers):
     row = ProcedureRun._writer.create(type_name="testapp.OnlySomeWorkers", step_name="run",
                                       run_at=timezone.now(), state={})
-    old = workers.start("--burst", procedures=FAST)
-    assert old.wait(30) == 0
+    old = workers.start("--burst", lease_seconds=LEASE, procedures=FAST)
+    assert old.wait(WAIT) == 0
     assert old.log_lines(containing="testapp.OnlySomeWorkers"), old.describe()  # reported, not failed
     row.refresh_from_db()
     assert (row.status, row.lease_token, row.error) == ("ready", 0, "")
     assert leases(row.id) == [] and steps(row.id) == [] and effects(row.id) == []
 
-    new = workers.start("--burst", procedures=FAST, env={"TESTAPP_EXTRA_TYPES": "1"})
-    assert new.wait(30) == 0
+    new = workers.start("--burst", lease_seconds=LEASE, procedures=FAST, env={"TESTAPP_EXTRA_TYPES": "1"})
+    assert new.wait(WAIT) == 0
     row.refresh_from_db()
     assert row.status == "done", new.describe()
     assert effects(row.id) == [("run", new.pid)]
@@ -275,8 +342,8 @@ def test_worker_without_the_type_leaves_it_for_one_that_has_it(workers):
 def test_two_workers_with_four_threads_run_2000_procedures_exactly_once(workers):
     n = 2000
     ids = [h.id for h in ThreeSteps.submit_many([{} for _ in range(n)])]
-    pool = [workers.start("--burst", "--concurrency", "4", lease_seconds=10, procedures=FAST) for _ in range(2)]
-    deadline = time.monotonic() + 150
+    pool = [workers.start("--burst", "--concurrency", "4", lease_seconds=LEASE, procedures=FAST) for _ in range(2)]
+    deadline = time.monotonic() + 10 * WAIT  # (a bound against a hang, not a speed requirement)
     for w in pool:
         assert w.wait(max(1.0, deadline - time.monotonic())) == 0
 
@@ -301,17 +368,17 @@ def test_two_workers_with_four_threads_run_2000_procedures_exactly_once(workers)
 def test_sigkill_during_non_idempotent_step_parks_it(workers, tmp_path):
     marker = tmp_path / "m"
     charge = Path(f"{marker}.charge")
-    handle = ChargeCard.submit({"marker": str(marker), "sleep": {"charge": 300}})
-    a = workers.start(procedures=FAST)
-    wait_marker(charge, a.pid, timeout=30, workers=workers)
+    handle = ChargeCard.submit({"marker": str(marker), "sleep": {"charge": 3000}})
+    a = workers.start(lease_seconds=SHORT_LEASE, procedures=FAST)
+    wait_marker(charge, a.pid, timeout=WAIT, workers=workers)
     written = charge.stat().st_mtime_ns
 
     a.signal(signal.SIGKILL)
-    assert a.wait(5) == -signal.SIGKILL
-    b = workers.start(procedures=FAST)
-    wait_for(lambda: status_of(handle.id) != "running", timeout=30, workers=workers,
-             what="the expired lease to be swept")
-    time.sleep(1.5)  # give the second worker every chance to (wrongly) run the step again
+    assert a.wait(WAIT) == -signal.SIGKILL
+    b = workers.start(lease_seconds=LEASE, procedures=FAST)
+    # Parked (failed) by the sweep, or -- wrongly -- released and run again (then it would be running or done,
+    # not failed); failed is final, so once it is failed nothing can run the step again.
+    wait_status(handle.id, "failed", "done", timeout=WAIT, workers=workers)
 
     row = run(handle.id)
     assert row.status == "failed", workers.describe()

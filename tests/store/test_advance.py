@@ -5,7 +5,7 @@ from django.db.models import F
 
 from django_procedures.exceptions import LeaseLost
 from django_procedures.models import Lease, ProcedureRun, Step
-from django_procedures.store import fence
+from django_procedures.store import transitions
 from django_procedures.store.claim import claim
 from django_procedures.store.db import text_array
 from testproject.testapp.procedures import ThreeSteps
@@ -23,7 +23,7 @@ def records(c, *names):
     from django_procedures import clock
 
     now = clock.now()
-    return [fence.StepRecord(c.step + i, name, 1, now, now) for i, name in enumerate(names)]
+    return [transitions.StepRecord(c.step + i, name, 1, now, now) for i, name in enumerate(names)]
 
 
 def steal(c):
@@ -32,7 +32,7 @@ def steal(c):
 
 def test_a_checkpoint_commits_the_state_and_one_step_row():
     c = claimed()
-    fence.checkpoint(c, records(c, "fetch"), {"n": 1}, "transform")
+    transitions.commit_checkpoint(c, records(c, "fetch"), {"n": 1}, "transform")
     run = ProcedureRun.objects.get(id=c.id)
     assert (run.status, run.step, run.step_name, run.state) == ("running", 1, "transform", {"n": 1})
     assert list(Step.objects.filter(procedure_id=c.id).values_list("index", "name", "status", "state")) == [
@@ -42,7 +42,7 @@ def test_a_checkpoint_commits_the_state_and_one_step_row():
 
 def test_a_completion_of_several_steps_writes_each_and_the_state_on_the_last():
     c = claimed()
-    fence.complete(c, records(c, "fetch", "transform", "load"), {"n": 3}, {"out": "x"})
+    transitions.complete(c, records(c, "fetch", "transform", "load"), {"n": 3}, {"out": "x"})
     run = ProcedureRun.objects.get(id=c.id)
     assert (run.status, run.step, run.step_name, run.output, run.lease_owner) == ("done", 3, "", {"out": "x"}, "")
     assert list(Step.objects.filter(procedure_id=c.id).order_by("index").values_list("index", "name", "state")) == [
@@ -57,9 +57,9 @@ def test_a_write_that_lost_its_lease_changes_nothing(write):
     steal(c)
     with pytest.raises(LeaseLost):
         if write == "checkpoint":
-            fence.checkpoint(c, records(c, "fetch"), {"late": True}, "transform")
+            transitions.commit_checkpoint(c, records(c, "fetch"), {"late": True}, "transform")
         else:
-            fence.complete(c, records(c, "fetch"), {"late": True}, None)
+            transitions.complete(c, records(c, "fetch"), {"late": True}, None)
     run = ProcedureRun.objects.get(id=c.id)
     assert (run.status, run.step, run.state) == ("running", 0, {})
     assert not Step.objects.filter(procedure_id=c.id).exists()

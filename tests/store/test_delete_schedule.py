@@ -7,7 +7,7 @@ import pytest
 from django_procedures import clock, register_schedule, tick
 from django_procedures.exceptions import InvalidOperation, LeaseLost
 from django_procedures.models import Lease, ProcedureRun, Schedule
-from django_procedures.store import fence, schedules
+from django_procedures.store import schedules, transitions
 from django_procedures.store.claim import claim
 from django_procedures.testing import drain
 from testproject.testapp.procedures import Heartbeat
@@ -38,7 +38,7 @@ def test_unfinished_runs_are_cancelled_and_fenced_finished_runs_kept_and_pending
     assert running.error == "cancelled by deleting its schedule 'doomed' (ops)"
     assert Lease.objects.get(procedure_id=held.id).outcome == "lost"
     with pytest.raises(LeaseLost):  # whatever its worker commits afterwards is dropped
-        fence.complete(held, [], {}, None)
+        transitions.complete(held, [], {}, None)
     done_run.refresh_from_db()
     assert (done_run.status, done_run.schedule_id, done_run.tick_at) == ("done", None, T0)
     assert ProcedureRun.objects.count() == 2, "no pending tick started while the runs were cancelled"

@@ -26,8 +26,8 @@ from django_procedures.policy.status import FINAL
 from django_procedures.runtime.executor import RunningClaim, execute
 from django_procedures.store import schedules
 from django_procedures.store.claim import Claim, claim
-from django_procedures.store.fence import enter_unsafe_step
 from django_procedures.store.leases import sweep_expired
+from django_procedures.store.transitions import enter_unsafe_step
 from django_procedures.testing import drain
 from testproject.testapp.procedures import ChargeCard, Leaf, TolerantParent
 from tests.runtime.processes import wait_for

@@ -97,11 +97,15 @@ def test_claim_skips_rows_locked_by_another_transaction_without_waiting():
     params.pop("cursor_factory", None)
     params.pop("context", None)
     with psycopg.connect(**params) as other:
-        other.execute("SET lock_timeout = '5s'")
+        other.execute("SET lock_timeout = '60s'")
         other.execute(f"SELECT id FROM {ProcedureRun._meta.db_table} WHERE id = %s FOR UPDATE", [first.id])
         with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = '1s'")  # waiting would fail the test with an error
-        claims = claim("w", type_names=TYPES, limit=2, lease_seconds=30)
+            cursor.execute("SET lock_timeout = '20s'")  # waiting would fail the test with an error
+        try:
+            claims = claim("w", type_names=TYPES, limit=2, lease_seconds=30)
+        finally:
+            with connection.cursor() as cursor:  # the connection outlives the test: later tests may wait
+                cursor.execute("RESET lock_timeout")
         assert [c.id for c in claims] == [second.id]
         other.rollback()
     assert [c.id for c in claim("w", type_names=TYPES, limit=2, lease_seconds=30)] == [first.id]

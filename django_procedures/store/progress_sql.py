@@ -1,0 +1,82 @@
+"""A checkpoint or a completion on PostgreSQL in one statement: the fenced update, its ``Step`` rows, its lease.
+
+Through the ORM that is three statements, three round trips and most of a
+no-op procedure's cost; here it is one ``WITH … UPDATE … RETURNING`` whose
+other parts only act on the row the fenced update matched, so a write that lost
+its lease changes nothing and reports it. Other databases take the ORM path in
+:mod:`django_procedures.store.transitions`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from django.db import connection
+
+from django_procedures import clock
+from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.policy.status import LEASED, LeaseOutcome, RunStatus, StepStatus
+from django_procedures.store.db import bound_cursor, sql_list
+
+if TYPE_CHECKING:
+    from django_procedures.store.claim import Claim
+    from django_procedures.store.transitions import StepRecord
+
+_RUN, _STEP, _LEASE = (m._meta.db_table for m in (ProcedureRun, Step, Lease))
+
+# The fenced row first; the Step rows and the lease close only join it, so nothing is written when it
+# matched nothing. The state is written once, on the last Step row (the others carry none).
+_SQL = f"""
+WITH run AS (
+    UPDATE {_RUN} SET state = %(state)s, step = %(step)s, step_name = %(step_name)s, attempt = 1, failures = 0,
+        lost = 0, in_unsafe_step = false, {{sets}}
+    WHERE id = %(id)s AND lease_token = %(token)s AND status IN ({sql_list(LEASED)})
+    RETURNING id, state
+), steps AS (
+    INSERT INTO {_STEP} (procedure_id, index, name, attempt, status, lease_token, started_at, finished_at, error,
+                         state)
+    SELECT run.id, s.index, s.name, s.attempt, '{StepStatus.DONE}', %(token)s, s.started_at, s.finished_at, '',
+           CASE WHEN s.index = %(step)s - 1 THEN run.state END
+    FROM run, (VALUES {{values}}) AS s(index, name, attempt, started_at, finished_at)
+){{lease}}
+SELECT count(*) FROM run
+"""
+_CHECKPOINT_SETS = "step_started_at = %(now)s"
+_COMPLETE_SETS = (f"status = '{RunStatus.DONE}', output = %(output)s, finished_at = %(now)s, error = '', "
+                  "traceback = '', lease_owner = '', lease_expires_at = NULL")
+_CLOSE_LEASE = f""", lease AS (
+    UPDATE {_LEASE} SET released_at = clock_timestamp(), outcome = '{LeaseOutcome.COMPLETED}'
+    WHERE procedure_id = %(id)s AND token = %(token)s AND released_at IS NULL AND EXISTS (SELECT FROM run)
+)"""
+
+
+@functools.lru_cache(maxsize=32)
+def _statement(complete: bool, steps: int) -> str:
+    """The statement for ``steps`` Step rows (one per step run since the last checkpoint; mostly one)."""
+    values = ", ".join(f"(%(index{i})s::integer, %(name{i})s::text, %(attempt{i})s::integer, "
+                       f"%(started{i})s::timestamptz, %(finished{i})s::timestamptz)" for i in range(steps))
+    return _SQL.format(sets=_COMPLETE_SETS if complete else _CHECKPOINT_SETS, values=values,
+                       lease=_CLOSE_LEASE if complete else "")
+
+
+def json_param(field: str, value: Any) -> Any:
+    """``value`` adapted as the model field adapts it (same encoder), for a raw statement."""
+    return ProcedureRun._meta.get_field(field).get_db_prep_value(value, connection)
+
+
+def write_progress(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str, *,
+                   complete: bool = False, output: Any = None) -> bool:
+    """Commit ``records`` (at least one) with ``state``: a checkpoint (``next_step`` next) or, with ``complete``,
+    the run ``done`` with ``output`` and its lease closed. False if the lease is lost (nothing written)."""
+    params = {"id": claim.id, "token": claim.lease_token, "state": json_param("state", state), "now": clock.now(),
+              "step": records[-1].index + 1, "step_name": next_step}
+    if complete:
+        params["output"] = json_param("output", output)
+    for i, r in enumerate(records):
+        params.update({f"index{i}": r.index, f"name{i}": r.name, f"attempt{i}": r.attempt,
+                       f"started{i}": r.started_at, f"finished{i}": r.finished_at})
+    with bound_cursor() as cursor:
+        cursor.execute(_statement(complete, len(records)), params)
+        return bool(cursor.fetchone()[0])
