@@ -8,12 +8,12 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection
 
 from django_procedures.models import KeyRequest, ProcedureRun
-from django_procedures.policy.locks import Request, blockers, find_deadlocks
+from django_procedures.policy.locks import Request, blockers, tree_deadlocks
 from django_procedures.policy.status import CLAIMABLE
 from django_procedures.store.db import bound_cursor, is_postgresql, sql_list, text_array
 from django_procedures.store.notify import notify
@@ -157,11 +157,14 @@ def release(procedure_ids: Sequence[uuid.UUID]) -> None:
     _key_locks(names, wait=True)  # a claim deciding about these keys commits first, and its waiters are seen
     KeyRequest._writer.filter(procedure_id__in=procedure_ids).delete()
     ProcedureRun._writer.filter(id__in=procedure_ids).update(keys_held=False, waiting_for_keys=False)
-    waiting = ProcedureRun._writer.filter(
+    # A waiter's row locked by another transaction is being finalised (a cancel, a deadlock's victim), which
+    # then waits for these keys' advisory locks: waiting for its row here would deadlock with it. Only
+    # finalisers lock a waiter's row (claims pass waiters by), and the sweep's wake_stranded is the net.
+    woken = list(ProcedureRun._writer.filter(
         waiting_for_keys=True, id__in=KeyRequest._writer.filter(name__in=names, granted=False).values("procedure_id"))
-    queues = set(waiting.values_list("queue", flat=True))
-    waiting.update(waiting_for_keys=False)
-    notify(queues)
+        .select_for_update(skip_locked=True).values_list("id", "queue"))
+    ProcedureRun._writer.filter(id__in=[pid for pid, _ in woken]).update(waiting_for_keys=False)
+    notify({queue for _, queue in woken})
 
 
 def wake_stranded() -> int:
@@ -187,37 +190,57 @@ def wake_stranded() -> int:
     return len(woken)
 
 
-def deadlocks() -> list[tuple[list[uuid.UUID], str]]:
-    """Cycles of trees waiting for each other's keys, each with the procedures to fail and a message.
+class FoundDeadlock(NamedTuple):
+    """A cycle of trees: its ``trees``, the ``youngest`` of them, its waiting procedures (the ``victims``)
+    and the ``message`` to fail them with."""
 
-    A waiting request waits for every request that blocks it (see
-    ``policy.locks.blockers``): holders, and older conflicting waiters ahead of
-    it in the key's queue. The victims are the waiting procedures of the
-    youngest tree in each cycle.
+    trees: frozenset[uuid.UUID]
+    youngest: uuid.UUID
+    victims: list[uuid.UUID]
+    message: str
+
+
+def deadlocks() -> list[FoundDeadlock]:
+    """Cycles of trees waiting for each other's keys, as of one moment, in the order to break them.
+
+    Procedures wait for each other as ``policy.locks.waits_for`` says: a
+    waiter for whoever blocks it (holders, and older conflicting waiters ahead
+    of it in the key's queue), a holder for its descendants that wait. A cycle
+    of such waits spanning trees is a deadlock; a tree that waits behind a
+    holder that can finish is not in one. The victims are the waiting
+    procedures of the youngest tree in each cycle. Every request on the
+    contended keys is read with its procedure's parent in one statement:
+    reads spread over several statements see different moments, and a request
+    that appeared in between (a child's, claimed meanwhile) would be read
+    without the ancestor lending it the key, as if it waited behind
+    outsiders: a cycle that does not exist.
     """
-    waiting = list(KeyRequest._writer.filter(granted=False).values_list("name", "procedure_id"))
-    if not waiting:
+    rows = list(KeyRequest._writer.filter(name__in=KeyRequest._writer.filter(granted=False).values("name"))
+                .values_list("name", "procedure_id", "root_id", "mode", "granted", "requested_at", "id",
+                             "procedure__parent_id"))
+    if not rows:
         return []
-    requests = _requests({name for name, _ in waiting})
-    parents = dict(ProcedureRun._writer.filter(id__in={pid for _, pid in waiting}).values_list("id", "parent_id"))
-    waits: dict[uuid.UUID, set[tuple[str, uuid.UUID]]] = defaultdict(set)
+    requests = [Request(name, pid, root, mode, granted, (at, rid))
+                for name, pid, root, mode, granted, at, rid, _ in rows]
+    parents = {pid: parent for _, pid, _, _, _, _, _, parent in rows}
+    # parent ids never change, so reading the grandparents later agrees with the snapshot
+    lenders = {r.procedure: ancestors(r.procedure, parents[r.procedure]) for r in requests if not r.granted}
+    waiting = defaultdict(set)
     for request in requests:
-        if request.granted:
-            continue
-        lenders = ancestors(request.procedure, parents.get(request.procedure))
-        for blocker in blockers(requests, request, lenders):
-            if blocker.tree != request.tree:
-                waits[request.tree].add((request.key, blocker.tree))
+        if not request.granted:
+            waiting[request.tree].add(request.procedure)
+    cycles = tree_deadlocks(requests, lenders)
+    created = dict(ProcedureRun._writer.filter(id__in={t for c in cycles for t in c.trees})
+                   .values_list("id", "created_at"))
     found = []
-    for cycle in find_deadlocks(waits):
-        created = dict(ProcedureRun._writer.filter(id__in=cycle.trees).values_list("id", "created_at"))
-        youngest = max(cycle.trees, key=lambda t: (created.get(t), str(t)))
+    for cycle in cycles:
+        youngest = max(cycle.trees, key=lambda t: (created[t], str(t)))
         parts = [f"tree {waiter} waits for {key!r} behind tree {holder}" for waiter, key, holder in cycle.edges]
         message = f"lock key deadlock: {'; '.join(parts)}; failing the younger tree {youngest}"
-        victims = list(KeyRequest._writer.filter(granted=False, root_id=youngest).values_list(
-            "procedure_id", flat=True))
-        found.append((victims, message))
-    return found
+        found.append(FoundDeadlock(frozenset(cycle.trees), youngest, sorted(waiting[youngest], key=str),
+                                   message))
+    # The cycle whose younger tree is the oldest first: failing that tree may end later cycles through it.
+    return sorted(found, key=lambda d: (created[d.youngest], str(d.youngest)))
 
 
-__all__ = ["ancestors", "deadlocks", "grant_due", "release", "wake_stranded"]
+__all__ = ["FoundDeadlock", "ancestors", "deadlocks", "grant_due", "release", "wake_stranded"]

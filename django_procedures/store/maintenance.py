@@ -4,6 +4,7 @@ runs past their schedule's ``max_run_time``."""
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -55,9 +56,15 @@ def maintain() -> MaintenanceReport:
 
 
 def _break_deadlocks() -> int:
+    """Fail the youngest tree of each cycle; a cycle through a tree already failed in this pass is left
+    for the next pass, which sees whether it is still there (failing that tree may have ended it)."""
     broken = 0
-    for victims, message in locks.deadlocks():
-        if operations.fail_waiting(victims, message):
+    failed_trees: set[uuid.UUID] = set()
+    for cycle in locks.deadlocks():
+        if failed_trees & cycle.trees:
+            continue
+        if operations.fail_waiting(cycle.victims, cycle.message):
             broken += 1
-            logger.warning("%s", message)
+            failed_trees.add(cycle.youngest)
+            logger.warning("%s", cycle.message)
     return broken

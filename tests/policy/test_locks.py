@@ -1,6 +1,6 @@
 import pytest
 
-from django_procedures.policy.locks import Request, blockers, conflicts, find_deadlocks
+from django_procedures.policy.locks import Request, blockers, conflicts, find_deadlocks, tree_deadlocks
 
 
 def req(proc, mode="exclusive", granted=False, order=0, tree=None, key="k"):
@@ -90,3 +90,31 @@ def test_a_long_key_queue_is_searched_in_linear_time_and_one_cycle_per_tangle_is
     Tree.looks = 0
     (deadlock,) = find_deadlocks(waits)
     assert deadlock.edges == ((trees[0], "K", trees[-1]), (trees[-1], "L", trees[0]))
+
+
+def held(proc, tree, key, order=0):
+    return Request(key, proc, tree, "exclusive", True, (order,))
+
+
+def waits(proc, tree, key, order=9):
+    return Request(key, proc, tree, "exclusive", False, (order,))
+
+
+@pytest.mark.parametrize(("requests", "ancestors", "cycles"), [
+    # A's root holds K, its child waits for L; B's root holds L, its child waits for K: a deadlock
+    ([held("a", "A", "K"), waits("a1", "A", "L"), held("b", "B", "L"), waits("b1", "B", "K")],
+     {"a1": {"a"}, "b1": {"b"}}, [{"A", "B"}]),
+    # the same keys held by running leaves instead: each finishes without the other, no deadlock
+    ([held("a2", "A", "K"), waits("a1", "A", "L"), held("b2", "B", "L"), waits("b1", "B", "K")],
+     {"a1": {"a"}, "b1": {"b"}}, []),
+    # a key the root lends its child: the outsider queued before the child is not waited for
+    ([held("a", "A", "K", 1), waits("b", "B", "K", 2), waits("a1", "A", "K", 3)], {"a1": {"a"}, "b": set()}, []),
+    # a cycle through an older waiter ahead in the queue is a deadlock too (the oldest waiter goes first)
+    ([held("a", "A", "K"), waits("c", "C", "M", 1), held("b", "B", "L"), waits("b1", "B", "M", 2),
+      waits("c", "C", "K", 1), waits("a1", "A", "L")], {"a1": {"a"}, "b1": {"b"}, "c": set()}, [{"A", "B", "C"}]),
+    # waits inside one tree are not reported
+    ([held("p", "T", "K"), held("q", "T", "L"), waits("p1", "T", "L"), waits("q1", "T", "K")],
+     {"p1": {"p", "r"}, "q1": {"q", "r"}}, []),
+])
+def test_tree_deadlocks(requests, ancestors, cycles):
+    assert [set(d.trees) for d in tree_deadlocks(requests, ancestors)] == cycles

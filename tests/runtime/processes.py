@@ -84,7 +84,8 @@ class WorkerProcess:
             return ""
 
     def log_lines(self, *, level: str | None = None, containing: str = "") -> list[str]:
-        lines = self.log().splitlines()
+        """The worker's own log lines (not the command line written above them, whose paths may match)."""
+        lines = [line for line in self.log().splitlines() if not line.startswith("$ ")]
         if level is not None:
             lines = [line for line in lines if f" {level} " in line]
         return [line for line in lines if containing in line]
