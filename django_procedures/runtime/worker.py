@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,8 @@ from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost, ProceduresNotMigrated
 from django_procedures.policy.prefetch import GIVE_BACK_SECONDS, Prefetch, stale, to_claim
 from django_procedures.policy.workers import StopReason, stop_reason
-from django_procedures.runtime import observe
+from django_procedures.runtime import observe, reporting
+from django_procedures.runtime.chores import Chore
 from django_procedures.runtime.connections import (
     APPLICATION_NAME_PREFIX,
     application_name,
@@ -40,7 +41,7 @@ from django_procedures.runtime.running import error_text, log_extra, trace_text
 from django_procedures.runtime.shutdown import graceful_signals
 from django_procedures.runtime.wakeup import Waker
 from django_procedures.store import transitions
-from django_procedures.store.claim import claim, next_due, unknown_types
+from django_procedures.store.claim import claim, next_due
 from django_procedures.store.db import is_conflict, is_disconnect
 from django_procedures.store.maintenance import maintain
 from django_procedures.store.schedules import sync_declared
@@ -195,11 +196,11 @@ class Worker:
 
     # -- main thread ----------------------------------------------------------------------
 
-    def _chores(self) -> list[_Chore]:
-        chores = [_Chore("maintenance", float(conf.SWEEP_SECONDS), maintain),
-                  _Chore("stats", float(conf.STATS_SECONDS), lambda: self._log_stats("stats"), first_run=False)]
+    def _chores(self) -> list[Chore]:
+        chores = [Chore("maintenance", float(conf.SWEEP_SECONDS), maintain),
+                  Chore("stats", float(conf.STATS_SECONDS), lambda: self._log_stats("stats"), first_run=False)]
         if self.options.with_scheduler:
-            chores.append(_Chore("scheduler", float(conf.TICK_SECONDS), tick))
+            chores.append(Chore("scheduler", float(conf.TICK_SECONDS), tick))
         return chores
 
     def _main_loop(self) -> None:
@@ -375,17 +376,7 @@ class Worker:
     # -- reporting ------------------------------------------------------------------------
 
     def _log_stats(self, label: str) -> None:
-        s = self.stats
-        unknown = ""
-        try:
-            waiting = unknown_types(self.types)
-            if waiting:
-                unknown = " unknown-types=" + ",".join(f"{k}:{v}" for k, v in waiting.items())
-        except Exception:  # stats must never stop the worker
-            pass
-        logger.info("worker %s %s: claimed=%d succeeded=%d suspended=%d retried=%d failed=%d rolled_back=%d "
-                    "released=%d given_back=%d lost=%d%s", self.id, label, s["claimed"], s["succeeded"], s["suspended"],
-                    s["retried"], s["failed"], s["rolled_back"], s["released"], s["given_back"], s["lost"], unknown)
+        reporting.log_stats(self.id, label, self.stats, self.types)
 
     def _check_tables(self) -> bool:
         """Raise ``ProceduresNotMigrated`` if the tables are missing; False when the database cannot be asked."""
@@ -401,60 +392,7 @@ class Worker:
             return False
 
     def _report_unknown_types(self) -> None:
-        try:
-            waiting = unknown_types(self.types)
-        except Exception as error:  # the database may be down at start-up: the main loop waits for it
-            if is_disconnect(error):
-                watch.lost(error, "start-up")
-            else:
-                logger.warning("worker %s: could not look for unknown types: %s", self.id, error)
-            connection.close()
-            return
-        for type_name, count in waiting.items():
-            logger.warning("%d ready procedures have the type %r, which this worker does not know; "
-                           "they are left for a worker that does. A worker learns procedure classes at start-up, "
-                           "from the 'procedures' module of each installed app: define or import the class there, "
-                           "and restart the workers after deploying a new one", count, type_name)
-
-
-@dataclass
-class _Chore:
-    """Periodic work of the main thread (maintenance, stats, scheduling), run when due."""
-
-    name: str
-    interval: float
-    run: Callable[[], object]
-    first_run: bool = True
-    next_at: float = 0.0
-    #: The last run raised (its error was logged; the next ones of the streak are not).
-    failing: bool = False
-
-    def __post_init__(self) -> None:
-        self.next_at = time.monotonic() if self.first_run else time.monotonic() + self.interval
-
-    def run_if_due(self) -> None:
-        if time.monotonic() < self.next_at:
-            return
-        try:
-            self.run()
-        except Exception as error:  # the chore's own failure: claiming goes on, the chore runs again when due
-            self._failed(error)
-        else:
-            self.failing = False
-        finally:
-            # From the chore's end: a slow maintenance pass must not starve the claims.
-            self.next_at = time.monotonic() + self.interval
-
-    def _failed(self, error: Exception) -> None:
-        if is_disconnect(error):
-            watch.lost(error, f"{self.name} chore")
-            connection.close()
-        elif is_conflict(error):  # a deadlock victim: the next run of the chore simply tries again
-            logger.info("%s chore: %s; trying again in %gs", self.name, error, self.interval)
-        elif not self.failing:  # once per streak, with the traceback; the streak's end is not logged
-            logger.error("%s chore failed (claiming goes on; tried again every %gs): %s", self.name, self.interval,
-                         error, exc_info=error)
-        self.failing = True
+        reporting.report_unknown_types(self.id, self.types)
 
 
 _STAT = {Outcome.COMPLETED: "succeeded", Outcome.SUSPENDED: "suspended", Outcome.RETRIED: "retried",

@@ -1,0 +1,47 @@
+"""What a worker logs about itself: the stats line, and ready procedures of types it does not know."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+
+from django.db import connection
+
+from django_procedures.runtime.outage import watch
+from django_procedures.store.claim import unknown_types
+from django_procedures.store.db import is_disconnect
+
+logger = logging.getLogger("django_procedures.worker")
+
+
+def log_stats(worker_id: str, label: str, s: Counter[str], types: Sequence[str]) -> None:
+    """The INFO line a worker logs every ``STATS_SECONDS`` and when it stops."""
+    unknown = ""
+    try:
+        waiting = unknown_types(types)
+        if waiting:
+            unknown = " unknown-types=" + ",".join(f"{k}:{v}" for k, v in waiting.items())
+    except Exception:  # stats must never stop the worker
+        pass
+    logger.info("worker %s %s: claimed=%d succeeded=%d suspended=%d retried=%d failed=%d rolled_back=%d "
+                "released=%d given_back=%d lost=%d%s", worker_id, label, s["claimed"], s["succeeded"], s["suspended"],
+                s["retried"], s["failed"], s["rolled_back"], s["released"], s["given_back"], s["lost"], unknown)
+
+
+def report_unknown_types(worker_id: str, types: Sequence[str]) -> None:
+    """At start-up: a WARNING for each type of ready procedures this worker does not know."""
+    try:
+        waiting = unknown_types(types)
+    except Exception as error:  # the database may be down at start-up: the main loop waits for it
+        if is_disconnect(error):
+            watch.lost(error, "start-up")
+        else:
+            logger.warning("worker %s: could not look for unknown types: %s", worker_id, error)
+        connection.close()
+        return
+    for type_name, count in waiting.items():
+        logger.warning("%d ready procedures have the type %r, which this worker does not know; "
+                       "they are left for a worker that does. A worker learns procedure classes at start-up, "
+                       "from the 'procedures' module of each installed app: define or import the class there, "
+                       "and restart the workers after deploying a new one", count, type_name)
