@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext, ngettext_lazy
 
-from django_procedures.admin import actions
+import django_procedures.admin.actions as actions
 from django_procedures.admin.bulk import BulkAction, Outcome, Plan, operator
 from django_procedures.models import ProcedureRun
 

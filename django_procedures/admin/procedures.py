@@ -16,8 +16,9 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
+import django_procedures.admin.display as display
+import django_procedures.admin.progress as progress
 from django_procedures import registry
-from django_procedures.admin import display, progress
 from django_procedures.admin.bulk import BulkConfirmations
 from django_procedures.admin.changelist import EstimatedCountPaginator, ProcedureChangeList, QueryStringGuard
 from django_procedures.admin.confirm import CANCEL, RETRY

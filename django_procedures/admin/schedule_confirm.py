@@ -15,7 +15,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.translation import gettext_lazy, ngettext_lazy
 
-from django_procedures.admin import schedule_actions as actions
+import django_procedures.admin.schedule_actions as actions
 from django_procedures.admin.bulk import BulkAction, Outcome, Performer, Plan, Planner, operator
 from django_procedures.models import Schedule
 

@@ -24,8 +24,8 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
+import django_procedures.admin.display as display
 from django_procedures import registry
-from django_procedures.admin import display
 from django_procedures.admin.bulk import BulkConfirmations, operator
 from django_procedures.admin.changelist import QueryStringGuard
 from django_procedures.admin.redaction import NoJsonLookups, redaction_for
