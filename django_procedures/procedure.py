@@ -154,6 +154,8 @@ class Procedure:
     rollback_atomic: ClassVar[bool] = True
     abstract: ClassVar[bool] = True
     steps: ClassVar[tuple[StepSpec, ...]] = ()
+    #: Whether the class overrides ``lock_keys()`` (set for each subclass): the store asks only then.
+    declares_lock_keys: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -181,6 +183,7 @@ class Procedure:
         if "type_name" not in cls.__dict__:
             cls.type_name = f"{cls.__module__}.{cls.__qualname__}"
         cls.steps = _collect_steps(cls)
+        cls.declares_lock_keys = cls.lock_keys is not Procedure.lock_keys
         _check_class_attributes(cls)
         if not cls.abstract:
             from django_procedures import registry
@@ -308,8 +311,9 @@ class Procedure:
             state = target.state
         else:
             cls = target
-        return submit_many(cls, [state], keys=[given["key"]], queue=given["queue"], priority=given["priority"],
-                           run_after=given["run_after"], parent=parent)[0]
+        (submitted,) = submit_many(cls, [state], keys=[given["key"]], queue=given["queue"],
+                                   priority=given["priority"], run_after=given["run_after"], parent=parent)
+        return _handle(submitted)
 
     @classmethod
     def submit_many(
@@ -334,8 +338,15 @@ class Procedure:
                             "To submit one procedure, use submit(state)")
         if keys is not None and isinstance(keys, Mapping | str | bytes):
             raise TypeError(f"keys must be a list with one key (or None) per state; got {type(keys).__name__}")
-        return submit_many(cls, list(states), keys=None if keys is None else list(keys), queue=queue,
-                           priority=priority, run_after=run_after, parent=parent)
+        submitted = submit_many(cls, list(states), keys=None if keys is None else list(keys), queue=queue,
+                                priority=priority, run_after=run_after, parent=parent)
+        return [_handle(s) for s in submitted]
+
+
+def _handle(submitted: Any) -> ProcedureHandle:
+    from django_procedures.handle import ProcedureHandle
+
+    return ProcedureHandle(submitted.id, created=submitted.created)
 
 
 def _check_class_attributes(cls: type[Procedure]) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import connection, transaction
 from django.db.models import Field, Model
@@ -24,7 +24,6 @@ from django_procedures.store.notify import notify
 from django_procedures.store.schema import tables_required
 
 if TYPE_CHECKING:
-    from django_procedures.handle import ProcedureHandle
     from django_procedures.procedure import Procedure
 
 
@@ -61,9 +60,7 @@ def _parent(parent: Any) -> Parent | None:
 
 def lock_keys_of(cls: type[Procedure], state: dict[str, Any]) -> list[list[str]]:
     """The ``[[name, mode], ...]`` a procedure with ``state`` will hold, as stored on its row."""
-    from django_procedures.procedure import Procedure
-
-    if cls.lock_keys is Procedure.lock_keys:
+    if not cls.declares_lock_keys:
         return []
     instance = cls.__new__(cls)
     instance.state = state
@@ -217,6 +214,13 @@ def json_rows(fields: Sequence[Field[Any, Any]], objs: Sequence[Model]) -> tuple
     return f"SELECT {', '.join(items)} FROM jsonb_array_elements(%s::jsonb) AS r", [*constants, payload]
 
 
+class Submitted(NamedTuple):
+    """A submitted procedure: its id, and whether the submit inserted it (False: its key named an existing one)."""
+
+    id: uuid.UUID
+    created: bool
+
+
 def submit_many(
     cls: type[Procedure],
     states: Sequence[Mapping[str, Any] | None],
@@ -226,8 +230,11 @@ def submit_many(
     priority: int | None = None,
     run_after: datetime | timedelta | None = None,
     parent: Any = None,
-) -> list[ProcedureHandle]:
+) -> list[Submitted]:
     """Insert one ``ProcedureRun`` per state with one INSERT; existing idempotency keys insert nothing.
+
+    Returns, in order, each procedure's id and whether this call inserted it
+    (``Procedure.submit`` makes the handles).
 
     Checks every argument before writing anything: ``TypeError`` for a state
     that is not strict JSON or an option of the wrong type, ``ValueError`` for
@@ -235,8 +242,6 @@ def submit_many(
     ``KeyConflict`` (a ``ValueError``) for a key that names a procedure of
     another type (nothing is inserted then).
     """
-    from django_procedures.handle import ProcedureHandle
-
     single = len(states) == 1 and keys is not None and len(keys) == 1
     if keys is None:
         keys = [None] * len(states)
@@ -255,4 +260,4 @@ def submit_many(
             for i, (state, key) in enumerate(zip(states, keys, strict=True))
         ]
         # A row carries a fresh id: the id that comes back is its own only if this row was inserted.
-        return [ProcedureHandle(pid, created=pid == row.id) for pid, row in zip(insert(rows), rows, strict=True)]
+        return [Submitted(pid, pid == row.id) for pid, row in zip(insert(rows), rows, strict=True)]
