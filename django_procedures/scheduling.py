@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from django_procedures.models import Schedule
-    from django_procedures.store.schedules import Deleted
+    from django_procedures.store.operations import Deleted
 
 
 def trigger_schedule(schedule: Schedule | str | int) -> dict[str, int]:
@@ -48,6 +48,7 @@ def delete_schedule(schedule: Schedule | str | int, *, by: str = "") -> Deleted:
     created again at the next worker start or ``migrate`` unless its
     declaration is removed first.
     """
-    from django_procedures.store import schedules
 
-    return schedules.delete_schedule(schedule, by=by)
+    from django_procedures.store import operations
+
+    return operations.delete_schedule(schedule, by=by)

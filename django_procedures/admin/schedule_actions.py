@@ -20,6 +20,7 @@ from django_procedures.exceptions import InvalidOperation
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.policy.schedule import Mode, decide_trigger
 from django_procedures.policy.status import UNFINISHED
+from django_procedures.store import operations
 from django_procedures.store import schedules as store
 
 
@@ -96,7 +97,7 @@ def plan_trigger(rows: Iterable[Schedule], now: datetime) -> list[PlanItem]:
 
 
 def plan_delete(rows: Iterable[Schedule]) -> list[PlanItem]:
-    """What deleting each schedule does to its runs (``store.schedules.delete_schedule``), as of now."""
+    """What deleting each schedule does to its runs (``store.operations.delete_schedule``), as of now."""
     rows = list(rows)
     counts: dict[tuple[int, bool], int] = {}
     for schedule_id, unfinished, n in _run_counts([s.pk for s in rows]):
@@ -192,11 +193,11 @@ def trigger_schedules(ids: Sequence[int]) -> Report:
 
 
 def delete_schedules(ids: Sequence[int], *, by: str) -> Report:
-    """Delete each schedule through ``store.schedules.delete_schedule``; one deleted meanwhile is refused."""
+    """Delete each schedule through ``store.operations.delete_schedule``; one deleted meanwhile is refused."""
     changed, refused = [], []
     for pk in ids:
         try:
-            deleted = store.delete_schedule(pk, by=by)
+            deleted = operations.delete_schedule(pk, by=by)
         except InvalidOperation as error:
             refused.append((pk, str(error)))
             continue

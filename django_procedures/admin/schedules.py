@@ -3,7 +3,7 @@
 The form edits a schedule's definition only: its metrics, pending ticks and
 pause state are read-only here (pause and resume are actions with their own
 permissions), and saving goes through ``store.schedules.save_schedule``.
-Deleting goes through ``store.schedules.delete_schedule`` (Django's
+Deleting goes through ``store.operations.delete_schedule`` (Django's
 ``delete_selected`` and its delete page are replaced: a plain delete would
 leave the schedule's runs holding slots of nothing).
 """
@@ -33,6 +33,7 @@ from django_procedures.admin.schedule_confirm import DELETE, PAUSE, RESUME, TRIG
 from django_procedures.admin.why import first_line, timestamp
 from django_procedures.exceptions import UnknownProcedureType
 from django_procedures.models import ProcedureRun, Schedule
+from django_procedures.store import operations
 from django_procedures.store import schedules as store
 
 TEMPLATES = "admin/django_procedures/schedule"
@@ -285,11 +286,11 @@ class ScheduleAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.Mo
 
     def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
         """Through the store: unfinished runs cancelled, finished runs kept (never a plain ORM delete)."""
-        store.delete_schedule(obj.pk, by=operator(request))
+        operations.delete_schedule(obj.pk, by=operator(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
         for pk in queryset.values_list("pk", flat=True):
-            store.delete_schedule(pk, by=operator(request))
+            operations.delete_schedule(pk, by=operator(request))
 
     def delete_view(self, request: HttpRequest, object_id: str,
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:

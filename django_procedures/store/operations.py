@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,10 +15,12 @@ from django_procedures import clock, signals
 from django_procedures.exceptions import InvalidOperation
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.policy import manual_retry
-from django_procedures.policy.status import CLAIMABLE, FINAL, RunStatus
-from django_procedures.store import final, tree
+from django_procedures.policy.status import CLAIMABLE, FINAL, UNFINISHED, RunStatus
+from django_procedures.store import final, schedules, tree
 from django_procedures.store.final import Ending
 from django_procedures.store.notify import notify
+
+logger = logging.getLogger("django_procedures.schedules")
 
 
 def retry(procedure_id: Any, *, by: str = "") -> None:
@@ -146,3 +149,47 @@ def fail_waiting(procedure_ids: Sequence[uuid.UUID], error: str) -> list[uuid.UU
 
     ended = final.finalise(runs, write, failed=True, signal=signals.procedure_failed, error=error)
     return [run.id for run in ended]
+
+
+# -- deleting a schedule (its runs are cancelled as above) ------------------------------------
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """What :func:`delete_schedule` did: the procedures it cancelled (its unfinished runs and their
+    descendants), and how many finished runs it kept (unlinked)."""
+
+    name: str
+    cancelled: tuple[uuid.UUID, ...]
+    kept: int
+
+
+def delete_schedule(schedule: Schedule | int | str, *, by: str = "") -> Deleted:
+    """Delete a schedule: its unfinished runs are cancelled, its finished runs are kept, unlinked from it.
+
+    In one transaction, under the schedule's row lock (so no pass ticks it and
+    no finishing run starts a pending tick meanwhile): the schedule stops
+    ticking and drops its pending ticks; every run still holding a slot is
+    cancelled with its subtree as ``cancel`` does it (fenced: whatever its
+    worker commits afterwards is dropped; a non-atomic step may still be
+    running); the finished runs stay in the procedures list with no schedule
+    (``schedule`` NULL, ``tick_at`` kept); the schedule row is deleted. A
+    schedule declared in code is created again at the next worker start or
+    ``migrate`` unless its declaration is removed.
+    """
+    with transaction.atomic():
+        s = schedules.locked(schedule)
+        # Paused first: the cancelled runs' final transitions start no pending tick and set no next tick.
+        Schedule._writer.filter(id=s.id).update(enabled=False, disabled_reason="being deleted", pending_ticks=[],
+                                                next_tick_at=None)
+        reason = f"deleting its schedule {s.name!r}" + (f" ({by})" if by else "")
+        unfinished = list(ProcedureRun._writer.filter(schedule_id=s.id, status__in=UNFINISHED)
+                          .values_list("id", flat=True))
+        cancelled: list[uuid.UUID] = []
+        for procedure_id in unfinished:
+            cancelled += cancel(procedure_id, by=reason).cancelled
+        kept = ProcedureRun._writer.filter(schedule_id=s.id).update(schedule=None) - len(unfinished)
+        Schedule._writer.filter(id=s.id).delete()
+    logger.info("schedule %r deleted%s: %d unfinished runs cancelled, %d finished runs kept", s.name,
+                f" by {by}" if by else "", len(unfinished), kept)
+    return Deleted(s.name, tuple(cancelled), kept)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +18,8 @@ from django_procedures.models.readonly import write_instance
 from django_procedures.models.schedule import validation_errors
 from django_procedures.policy.schedule import Mode, decide_trigger, fixed_delay_next_tick, on_run_finished
 from django_procedures.policy.schedule_args import OutOfRange, normalise
-from django_procedures.policy.status import LEASED, UNFINISHED
-from django_procedures.store import broken, operations
+from django_procedures.policy.status import LEASED
+from django_procedures.store import broken
 from django_procedures.store.db import is_conflict, is_disconnect
 from django_procedures.store.submit import build_row, insert
 
@@ -137,7 +136,7 @@ def save_schedule(schedule: Schedule) -> tuple[Schedule, list[str]]:
             schedule.next_tick_at = first_tick(schedule, clock.now())
             write_instance(schedule, force_insert=True)
             return schedule, ["name", *DEFINITION, "enabled"]
-        existing = _locked(schedule.pk)
+        existing = locked(schedule.pk)
         changed = [f for f in ("name", *DEFINITION) if getattr(existing, f) != getattr(schedule, f)]
         if changed:
             _apply_definition(existing, schedule, changed)
@@ -251,7 +250,7 @@ def _next_after_run(schedule: Schedule, now: datetime) -> list[str]:
 # -- operator and run operations ------------------------------------------------------------------
 
 
-def _locked(schedule: Schedule | int | str) -> Schedule:
+def locked(schedule: Schedule | int | str) -> Schedule:
     key = schedule.pk if isinstance(schedule, Schedule) else schedule
     lookup = {"name": key} if isinstance(key, str) else {"pk": key}
     found = Schedule._writer.select_for_update().filter(**lookup).first()
@@ -264,7 +263,7 @@ def trigger(schedule: Schedule | int | str) -> dict[str, int]:
     """Trigger now: a tick at the current time, obeying the concurrency bound and the missed-tick policy."""
     now = clock.now()
     with transaction.atomic():
-        s = _locked(schedule)
+        s = locked(schedule)
         if not s.enabled:
             raise InvalidOperation(f"schedule {s.name!r} is paused; resume it first")
         decision = decide_trigger(s.settings, now=now, next_tick_at=s.next_tick_at, active=s.active_runs,
@@ -282,59 +281,18 @@ def trigger(schedule: Schedule | int | str) -> dict[str, int]:
 
 def pause(schedule: Schedule | int | str, *, reason: str = "paused") -> None:
     with transaction.atomic():
-        s = _locked(schedule)
+        s = locked(schedule)
         Schedule._writer.filter(id=s.id).update(enabled=False, disabled_reason=reason)
 
 
 def resume(schedule: Schedule | int | str) -> None:
     """Enable again; the next tick is due now (a missed stretch counts as one tick, not a burst)."""
     with transaction.atomic():
-        s = _locked(schedule)
+        s = locked(schedule)
         if s.enabled:
             return
         next_tick = clock.now() if s.mode != Mode.FIXED_DELAY or not s.active_runs else None
         Schedule._writer.filter(id=s.id).update(enabled=True, disabled_reason="", next_tick_at=next_tick)
-
-
-@dataclass(frozen=True)
-class Deleted:
-    """What :func:`delete_schedule` did: the procedures it cancelled (its unfinished runs and their
-    descendants), and how many finished runs it kept (unlinked)."""
-
-    name: str
-    cancelled: tuple[uuid.UUID, ...]
-    kept: int
-
-
-def delete_schedule(schedule: Schedule | int | str, *, by: str = "") -> Deleted:
-    """Delete a schedule: its unfinished runs are cancelled, its finished runs are kept, unlinked from it.
-
-    In one transaction, under the schedule's row lock (so no pass ticks it and
-    no finishing run starts a pending tick meanwhile): the schedule stops
-    ticking and drops its pending ticks; every run still holding a slot is
-    cancelled with its subtree as ``cancel`` does it (fenced: whatever its
-    worker commits afterwards is dropped; a non-atomic step may still be
-    running); the finished runs stay in the procedures list with no schedule
-    (``schedule`` NULL, ``tick_at`` kept); the schedule row is deleted. A
-    schedule declared in code is created again at the next worker start or
-    ``migrate`` unless its declaration is removed.
-    """
-    with transaction.atomic():
-        s = _locked(schedule)
-        # Paused first: the cancelled runs' final transitions start no pending tick and set no next tick.
-        Schedule._writer.filter(id=s.id).update(enabled=False, disabled_reason="being deleted", pending_ticks=[],
-                                                next_tick_at=None)
-        reason = f"deleting its schedule {s.name!r}" + (f" ({by})" if by else "")
-        unfinished = list(ProcedureRun._writer.filter(schedule_id=s.id, status__in=UNFINISHED)
-                          .values_list("id", flat=True))
-        cancelled: list[uuid.UUID] = []
-        for procedure_id in unfinished:
-            cancelled += operations.cancel(procedure_id, by=reason).cancelled
-        kept = ProcedureRun._writer.filter(schedule_id=s.id).update(schedule=None) - len(unfinished)
-        Schedule._writer.filter(id=s.id).delete()
-    logger.info("schedule %r deleted%s: %d unfinished runs cancelled, %d finished runs kept", s.name,
-                f" by {by}" if by else "", len(unfinished), kept)
-    return Deleted(s.name, tuple(cancelled), kept)
 
 
 def stop_from_run(procedure_id: uuid.UUID, lease_token: int, reason: str) -> None:
@@ -343,7 +301,7 @@ def stop_from_run(procedure_id: uuid.UUID, lease_token: int, reason: str) -> Non
     if schedule_id is None:
         raise InvalidOperation(f"procedure {procedure_id} was not started by a schedule")
     with transaction.atomic():
-        s = _locked(schedule_id)
+        s = locked(schedule_id)
         if not ProcedureRun._writer.filter(id=procedure_id, lease_token=lease_token, status__in=LEASED).exists():
             raise LeaseLost(f"procedure {procedure_id} is no longer held by lease token {lease_token}")
         Schedule._writer.filter(id=s.id).update(enabled=False, disabled_reason=f"stopped by run {procedure_id}: "

@@ -7,7 +7,7 @@ import pytest
 from django_procedures import clock, register_schedule, tick
 from django_procedures.exceptions import InvalidOperation, LeaseLost
 from django_procedures.models import Lease, ProcedureRun, Schedule
-from django_procedures.store import schedules, transitions
+from django_procedures.store import operations, transitions
 from django_procedures.store.claim import claim
 from django_procedures.testing import drain
 from testproject.testapp.procedures import Heartbeat
@@ -29,7 +29,7 @@ def test_unfinished_runs_are_cancelled_and_fenced_finished_runs_kept_and_pending
     assert len(Schedule.objects.get(pk=s.pk).pending_ticks) == 2
     done_run = ProcedureRun.objects.get(schedule=s, tick_at=T0)
 
-    deleted = schedules.delete_schedule("doomed", by="ops")
+    deleted = operations.delete_schedule("doomed", by="ops")
 
     assert (deleted.name, deleted.cancelled, deleted.kept) == ("doomed", (held.id,), 1)
     assert not Schedule.objects.filter(pk=s.pk).exists()
@@ -46,4 +46,4 @@ def test_unfinished_runs_are_cancelled_and_fenced_finished_runs_kept_and_pending
 
 def test_an_unknown_schedule_is_refused():
     with pytest.raises(InvalidOperation, match="no schedule 'nope'"):
-        schedules.delete_schedule("nope")
+        operations.delete_schedule("nope")
