@@ -87,9 +87,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         errors.append(Error(f"PROCEDURES['METRICS_COUNT_CAP'] must be a positive integer; got {cap!r}",
                             hint="The default is 100000.", id="django_procedures.E014"))
     try:
-        parse_duration(conf.RETENTION)
+        if conf.RETENTION is not None:
+            parse_duration(conf.RETENTION)
     except ValueError as error:
-        errors.append(Error(f"PROCEDURES['RETENTION']: {error}", id="django_procedures.E009"))
+        errors.append(Error(f"PROCEDURES['RETENTION']: {error}", hint="Write a duration such as \"30d\", or None "
+                            "to keep every finished procedure.", id="django_procedures.E009"))
     errors.extend(_check_sqlite(concurrency))
     return errors
 

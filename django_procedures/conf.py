@@ -44,8 +44,9 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_QUEUE": "default",
     # How often procedures_worker --with-scheduler (and the Celery beat entry) runs a scheduling pass.
     "TICK_SECONDS": 1.0,
-    # Default age for procedures_prune --older-than: a duration like "7d", seconds, or a timedelta.
-    "RETENTION": "7d",
+    # Finished trees older than this are pruned by the workers, a little at a time, and by procedures_prune
+    # (its default --older-than): a duration like "30d", seconds, or a timedelta. None: workers keep everything.
+    "RETENTION": "30d",
     # Longest stored error text and traceback, in characters.
     "MAX_ERROR_LENGTH": 2000,
     "MAX_TRACEBACK_LENGTH": 20000,

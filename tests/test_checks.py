@@ -120,3 +120,20 @@ def test_metrics_settings(settings, code):
 def test_metrics_settings_accept_a_token_and_a_cap():
     with override_settings(PROCEDURES={"METRICS_TOKEN": "s3cret", "METRICS_COUNT_CAP": 5}):
         assert [e for e in check_settings() if e.level >= 40] == []
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("-5d", "cannot read '-5d' as a duration"), (-5, "a duration must be positive; got -5"),
+    (0, "a duration must be positive"), ("soon", "cannot read 'soon' as a duration"),
+    (True, "cannot read True as a duration"), ([30], "cannot read [30] as a duration"),
+])
+def test_a_retention_that_is_not_a_positive_duration_is_an_error(value, message):
+    with override_settings(PROCEDURES={"RETENTION": value}):
+        (error,) = check_settings()
+    assert error.id == "django_procedures.E009" and message in error.msg and "None" in error.hint
+
+
+@pytest.mark.parametrize("value", [None, "30d", 3600, "1d12h"])
+def test_retention_accepts_a_duration_or_none(value):
+    with override_settings(PROCEDURES={"RETENTION": value}):
+        assert [e for e in check_settings() if e.level >= 40] == []

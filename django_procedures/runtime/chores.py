@@ -26,6 +26,8 @@ class Chore:
     next_at: float = 0.0
     #: The last run raised (its error was logged; the next ones of the streak are not).
     failing: bool = False
+    #: If set, a run that returns True (more to do) runs again after this many seconds instead of ``interval``.
+    busy_interval: float | None = None
 
     def __post_init__(self) -> None:
         self.next_at = time.monotonic() if self.first_run else time.monotonic() + self.interval
@@ -33,15 +35,17 @@ class Chore:
     def run_if_due(self) -> None:
         if time.monotonic() < self.next_at:
             return
+        interval = self.interval
         try:
-            self.run()
+            if self.run() is True and self.busy_interval is not None:
+                interval = self.busy_interval
         except Exception as error:  # the chore's own failure: claiming goes on, the chore runs again when due
             self._failed(error)
         else:
             self.failing = False
         finally:
             # From the chore's end: a slow maintenance pass must not starve the claims.
-            self.next_at = time.monotonic() + self.interval
+            self.next_at = time.monotonic() + interval
 
     def _failed(self, error: Exception) -> None:
         if is_disconnect(error):

@@ -23,7 +23,7 @@ from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost, ProceduresNotMigrated
 from django_procedures.policy.prefetch import GIVE_BACK_SECONDS, Prefetch, stale, to_claim
 from django_procedures.policy.workers import StopReason, stop_reason
-from django_procedures.runtime import observe, reporting
+from django_procedures.runtime import observe, reporting, retention
 from django_procedures.runtime.chores import Chore
 from django_procedures.runtime.connections import (
     APPLICATION_NAME_PREFIX,
@@ -198,7 +198,8 @@ class Worker:
 
     def _chores(self) -> list[Chore]:
         chores = [Chore("maintenance", float(conf.SWEEP_SECONDS), maintain),
-                  Chore("stats", float(conf.STATS_SECONDS), lambda: self._log_stats("stats"), first_run=False)]
+                  Chore("stats", float(conf.STATS_SECONDS), lambda: self._log_stats("stats"), first_run=False),
+                  Chore("retention", retention.IDLE_SECONDS, retention.prune_pass, busy_interval=retention.BEHIND_SECONDS)]
         if self.options.with_scheduler:
             chores.append(Chore("scheduler", float(conf.TICK_SECONDS), tick))
         return chores

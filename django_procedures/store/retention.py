@@ -1,24 +1,38 @@
-"""Deleting old finished trees, in batches; steps and leases go with their procedures."""
+"""Deleting old finished trees, in batches; steps, leases and lock key rows go with their procedures.
+
+A tree is pruned whole or not at all: its root finished before the cutoff and
+every member is final. That is checked on rows this transaction has locked, in
+the statement that deletes them, so a member made active again in the meantime
+(a manual retry of an old failure) keeps its whole tree.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.models import KeyRequest, Lease, ProcedureRun, Step
 from django_procedures.policy.status import FINAL
+from django_procedures.store.db import is_postgresql
+
+#: The advisory lock a worker's retention pass holds for one batch, so one worker of a fleet prunes at a time.
+#: Transaction-scoped: it works through PgBouncer's transaction pooling and cannot outlive the batch.
+_PRUNER_LOCK = "hashtextextended('django_procedures:retention', 0)"
 
 
 @dataclass(frozen=True)
 class PruneBatch:
-    trees: int
-    procedures: int
-    steps: int
-    leases: int
+    trees: int = 0
+    procedures: int = 0
+    steps: int = 0
+    leases: int = 0
+
+    def __add__(self, other: PruneBatch) -> PruneBatch:
+        return PruneBatch(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
 
 def prunable(older_than: datetime, statuses: Sequence[str] | None = None) -> QuerySet[ProcedureRun]:
@@ -27,6 +41,11 @@ def prunable(older_than: datetime, statuses: Sequence[str] | None = None) -> Que
     unfinished_member = ProcedureRun._writer.filter(root_id=OuterRef("id")).exclude(status__in=FINAL)
     return (ProcedureRun._writer.filter(root__isnull=True, status__in=statuses, finished_at__lt=older_than)
             .exclude(Exists(unfinished_member)).order_by("finished_at"))
+
+
+def count_trees(older_than: datetime, statuses: Sequence[str] | None = None) -> int:
+    """How many trees a prune would delete now (their roots only: cheap enough to ask before a long prune)."""
+    return prunable(older_than, statuses).count()
 
 
 def count(older_than: datetime, statuses: Sequence[str] | None = None) -> PruneBatch:
@@ -38,30 +57,89 @@ def count(older_than: datetime, statuses: Sequence[str] | None = None) -> PruneB
                       leases=Lease._writer.filter(procedure__in=members).count())
 
 
-def prune_batch(older_than: datetime, statuses: Sequence[str] | None = None, batch_size: int = 500) -> PruneBatch:
-    """Delete up to ``batch_size`` whole finished trees in one transaction."""
+def prune_batch(older_than: datetime, statuses: Sequence[str] | None = None, batch_size: int = 500, *,
+                alone: bool = False) -> PruneBatch | None:
+    """Delete up to ``batch_size`` whole finished trees in one transaction; returns what it deleted.
+
+    Roots another transaction has locked are skipped, not waited for. With
+    ``alone`` (a worker's retention pass), returns None at once if another
+    transaction holds the pruner's advisory lock: another worker is pruning.
+    """
     with transaction.atomic():
-        roots = list(prunable(older_than, statuses).select_for_update(skip_locked=True, of=("self",))
-                     .values_list("id", flat=True)[:batch_size])
-        if not roots:
-            return PruneBatch(0, 0, 0, 0)
-        members = list(ProcedureRun._writer.filter(Q(id__in=roots) | Q(root_id__in=roots))
-                       .values_list("id", flat=True))
-        steps = _delete(Step, "procedure_id", members)
-        leases = _delete(Lease, "procedure_id", members)
-        procedures = _delete(ProcedureRun, "id", members)
+        if not is_postgresql():  # one writer at a time on SQLite: no race to lose
+            return _prune_batch_portable(older_than, statuses, batch_size)
+        with connection.cursor() as cursor:
+            if alone:
+                cursor.execute(f"SELECT pg_try_advisory_xact_lock({_PRUNER_LOCK})")
+                if not cursor.fetchone()[0]:
+                    return None
+            cursor.execute(_PRUNE_SQL.format(run=_table(ProcedureRun), step=_table(Step), lease=_table(Lease),
+                                             key=_table(KeyRequest)),
+                           {"cutoff": older_than, "statuses": list(statuses or FINAL), "final": sorted(FINAL),
+                            "limit": batch_size})
+            return PruneBatch(*cursor.fetchone())
+
+
+# One statement, set-based: no rows travel to Python, and no window between checking and deleting.
+#  - roots: old finished roots, oldest first, locked; those another transaction holds are skipped.
+#  - members: every member of those trees, locked (waiting for a transaction that holds one, such as a manual
+#    retry of an old failed child) and read as committed at the moment of locking, not as of the statement's
+#    start. A tree with a member that is not final is left whole.
+#  - the DELETEs of children and runs all read `doomed` (each runs to completion, read or not); the foreign
+#    keys are checked at commit.
+_PRUNE_SQL = """
+WITH roots AS (
+    SELECT r.id FROM {run} AS r
+    WHERE r.root_id IS NULL AND r.finished_at < %(cutoff)s AND r.status = ANY(%(statuses)s)
+      AND NOT EXISTS (SELECT 1 FROM {run} AS u WHERE u.root_id = r.id AND u.status <> ALL(%(final)s))
+    ORDER BY r.finished_at
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+), members AS (
+    SELECT m.id, COALESCE(m.root_id, m.id) AS tree, m.status FROM {run} AS m
+    WHERE m.id IN (SELECT id FROM roots) OR m.root_id IN (SELECT id FROM roots)
+    FOR UPDATE OF m
+), doomed AS (
+    SELECT m.id, m.id = m.tree AS is_root FROM members AS m
+    WHERE NOT EXISTS (SELECT 1 FROM members AS a WHERE a.tree = m.tree AND a.status <> ALL(%(final)s))
+), steps AS (
+    DELETE FROM {step} WHERE procedure_id IN (SELECT id FROM doomed) RETURNING 1
+), leases AS (
+    DELETE FROM {lease} WHERE procedure_id IN (SELECT id FROM doomed) RETURNING 1
+), keys AS (
+    DELETE FROM {key} WHERE procedure_id IN (SELECT id FROM doomed)
+), runs AS (
+    DELETE FROM {run} WHERE id IN (SELECT id FROM doomed) RETURNING id
+)
+SELECT (SELECT count(*) FROM doomed WHERE is_root), (SELECT count(*) FROM runs), (SELECT count(*) FROM steps),
+       (SELECT count(*) FROM leases)
+"""
+
+
+def _table(model: type) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def _prune_batch_portable(older_than: datetime, statuses: Sequence[str] | None, batch_size: int) -> PruneBatch:
+    roots = list(prunable(older_than, statuses).values_list("id", flat=True)[:batch_size])
+    if not roots:
+        return PruneBatch()
+    members = list(ProcedureRun._writer.filter(Q(id__in=roots) | Q(root_id__in=roots)).values_list("id", flat=True))
+    steps = _delete(Step, "procedure_id", members)
+    leases = _delete(Lease, "procedure_id", members)
+    _delete(KeyRequest, "procedure_id", members)
+    procedures = _delete(ProcedureRun, "id", members)
     return PruneBatch(len(roots), procedures, steps, leases)
 
 
 def _delete(model: type, column: str, ids: list) -> int:
     """A plain DELETE: the cascade is done here, not by loading every row into Python."""
-    table = connection.ops.quote_name(model._meta.db_table)
     total = 0
     for start in range(0, len(ids), 500):
         chunk = ids[start:start + 500]
         placeholders = ", ".join(["%s"] * len(chunk))
         with connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {table} WHERE {connection.ops.quote_name(column)} IN ({placeholders})",
+            cursor.execute(f"DELETE FROM {_table(model)} WHERE {connection.ops.quote_name(column)} IN ({placeholders})",
                            [ProcedureRun._meta.pk.get_db_prep_value(i, connection) for i in chunk])
             total += cursor.rowcount
     return total

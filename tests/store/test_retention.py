@@ -58,11 +58,39 @@ def test_status_filter_and_dry_run():
     assert list(ProcedureRun.objects.values_list("id", flat=True)) == [failed.id]
 
 
-def test_batches_print_progress():
+def test_batches_print_progress_with_the_rate_and_what_remains(monkeypatch):
+    from django_procedures.management.commands import procedures_prune
+
+    monkeypatch.setattr(procedures_prune, "PROGRESS_SECONDS", 0)
     for _ in range(5):
         finished(30)
     output = prune("--older-than", "7d", "--batch-size", "2")
-    assert output.count("deleted") == 3 and "pruned 5 trees" in output
+    assert output.startswith("5 trees finished before 2030-05-25 00:00:00 UTC to prune")
+    lines = [line for line in output.splitlines() if line.startswith("deleted")]
+    assert len(lines) == 3 and "procedures/s" in lines[0]
+    assert [line.rsplit("about ", 1)[1] for line in lines] == [f"{n} trees remaining" for n in (3, 1, 0)]
+    assert "pruned 5 trees" in output
+
+
+def test_without_a_retention_the_command_needs_an_age(settings):
+    finished(30)
+    settings.PROCEDURES = {"RETENTION": None}
+    with pytest.raises(CommandError, match=r"RETENTION'\] is None .*give the age to prune with --older-than"):
+        prune()
+    assert "pruned 1 trees" in prune("--older-than", "7d")
+
+
+def test_prunes_lock_key_rows_and_counts_every_member():
+    from django_procedures.models import KeyRequest
+
+    root = finished(30)
+    child = finished(30, parent=root)
+    KeyRequest._writer.create(name="k", procedure=child, root=root, mode="exclusive", granted=False,
+                              requested_at=NOW - timedelta(days=30))
+    Step._writer.create(procedure=child, index=0, name="a", attempt=1, status="done", finished_at=NOW)
+    output = prune("--older-than", "7d")
+    assert "pruned 1 trees" in output and "(2 procedures, 1 steps, 0 leases" in output
+    assert not KeyRequest.objects.exists() and not ProcedureRun.objects.exists()
 
 
 def test_retention_setting_is_the_default_age(settings):

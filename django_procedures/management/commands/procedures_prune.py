@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,6 +16,8 @@ from django_procedures.store import retention, workers
 
 #: Trees deleted in one transaction at most: a larger batch holds its locks and its WAL for too long.
 MAX_BATCH_SIZE = 10_000
+#: Seconds between progress lines (and one when the trees counted at the start are done).
+PROGRESS_SECONDS = 1.0
 
 
 class Command(BaseCommand):
@@ -33,6 +36,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         source = "--older-than" if options["older_than"] else "PROCEDURES['RETENTION']"
+        if not options["older_than"] and conf.RETENTION is None:
+            raise CommandError("PROCEDURES['RETENTION'] is None (workers keep every finished procedure); "
+                               "give the age to prune with --older-than, e.g. --older-than 30d")
         try:
             age = parse_duration(options["older_than"] or conf.RETENTION)
         except ValueError as error:
@@ -63,16 +69,22 @@ class Command(BaseCommand):
             self.stdout.write(f"would delete {workers.prune(cutoff, dry_run=True)} worker rows "
                               "(stopped or gone, last seen before then)")
             return
-        total = retention.PruneBatch(0, 0, 0, 0)
+        total = retention.PruneBatch()
+        expected = retention.count_trees(cutoff, statuses)
+        self.stdout.write(f"{expected:,} trees finished before {cutoff:%Y-%m-%d %H:%M:%S %Z} to prune")
+        started = last_report = time.monotonic()
         while True:
             batch = retention.prune_batch(cutoff, statuses, options["batch_size"])
             if not batch.trees:
                 break
-            total = retention.PruneBatch(*(a + b for a, b in zip(
-                (total.trees, total.procedures, total.steps, total.leases),
-                (batch.trees, batch.procedures, batch.steps, batch.leases), strict=True)))
-            self.stdout.write(f"deleted {total.trees} trees so far ({total.procedures} procedures, "
-                              f"{total.steps} steps, {total.leases} leases)")
+            total += batch
+            now_ = time.monotonic()
+            if now_ - last_report >= PROGRESS_SECONDS or total.trees >= expected:
+                last_report = now_
+                rate = total.procedures / max(now_ - started, 1e-6)
+                self.stdout.write(f"deleted {total.trees:,} trees so far ({total.procedures:,} procedures, "
+                                  f"{total.steps:,} steps, {total.leases:,} leases; {rate:,.0f} procedures/s); "
+                                  f"about {max(expected - total.trees, 0):,} trees remaining")
         gone = workers.prune(cutoff)
         self.stdout.write(self.style.SUCCESS(
             f"pruned {total.trees} trees finished before {cutoff:%Y-%m-%d %H:%M:%S %Z}, and {gone} worker rows "

@@ -1,0 +1,90 @@
+"""The worker's retention chore, in-process: bounded passes, off with ``RETENTION=None``, one pruner at a time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+
+from django_procedures import clock
+from django_procedures.models import ProcedureRun, Worker
+from django_procedures.policy.workers import StopReason
+from django_procedures.runtime import retention
+from django_procedures.runtime.chores import Chore
+from django_procedures.store import workers
+from tests.store.test_final_races import InThread
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def finished(days_ago: float, status: str = "done") -> ProcedureRun:
+    at = clock.now() - timedelta(days=days_ago)
+    return ProcedureRun._writer.create(type_name="x", status=status, run_at=at, finished_at=at)
+
+
+def test_a_pass_prunes_trees_older_than_retention_and_keeps_younger_and_unfinished_ones(settings):
+    settings.PROCEDURES = {"RETENTION": "30d"}
+    finished(31), finished(31, "cancelled")
+    young = finished(29)
+    waiting = ProcedureRun._writer.create(type_name="x", status="waiting", run_at=clock.now() - timedelta(days=90))
+    assert retention.prune_pass() is False  # nothing left
+    assert set(ProcedureRun.objects.values_list("id", flat=True)) == {young.id, waiting.id}
+
+
+def test_the_default_retention_is_thirty_days(settings):
+    settings.PROCEDURES = {}
+    finished(31)
+    kept = finished(29)
+    retention.prune_pass()
+    assert list(ProcedureRun.objects.values_list("id", flat=True)) == [kept.id]
+
+
+def test_none_turns_retention_off(settings):
+    settings.PROCEDURES = {"RETENTION": None}
+    finished(3650)
+    assert retention.prune_pass() is False
+    assert ProcedureRun.objects.count() == 1
+
+
+def test_a_pass_stops_after_its_time_and_says_more_is_left(settings, monkeypatch):
+    settings.PROCEDURES = {"RETENTION": "1d"}
+    monkeypatch.setattr(retention, "BATCH_TREES", 2)
+    monkeypatch.setattr(retention, "PASS_SECONDS", 0)  # one batch per pass
+    for _ in range(5):
+        finished(2)
+    assert retention.prune_pass() is True
+    assert ProcedureRun.objects.count() == 3  # one batch of 2 trees
+    assert retention.prune_pass() is True
+    assert retention.prune_pass() is False
+    assert not ProcedureRun.objects.exists()
+
+
+def test_a_pass_does_nothing_while_another_worker_prunes(settings):
+    settings.PROCEDURES = {"RETENTION": "1d"}
+    finished(2)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended('django_procedures:retention', 0))")
+        assert InThread(retention.prune_pass).join() is False
+        assert ProcedureRun.objects.count() == 1
+    assert retention.prune_pass() is False
+    assert not ProcedureRun.objects.exists()
+
+
+def test_once_the_trees_are_done_old_rows_of_stopped_workers_go_too(settings):
+    settings.PROCEDURES = {"RETENTION": "1d"}
+    row = workers.register(worker_id="old", hostname="h", pid=1, version="", queues=None, concurrency=1,
+                           lease_seconds=30)
+    workers.stop(row, StopReason.SIGTERM)
+    Worker._writer.filter(id=row).update(last_seen_at=clock.now() - timedelta(days=2))
+    retention.prune_pass()
+    assert not Worker.objects.exists()
+
+
+def test_a_chore_that_has_more_to_do_comes_back_after_its_busy_interval():
+    results = iter([True, False])
+    chore = Chore("c", interval=600, run=lambda: next(results), busy_interval=0)
+    chore.run_if_due()
+    before = chore.next_at
+    chore.run_if_due()  # due again at once: the run said there is more
+    assert chore.next_at > before + 500  # then the ordinary interval
