@@ -410,21 +410,25 @@ class BenchmarkError(RuntimeError):
 # --------------------------------------------------------------------------- reading results back
 
 
-def wait_until_done(total: int, *, timeout: float, workers: Workers | None = None, interval: float = 0.1) -> int:
-    """Poll until ``total`` procedures are final; returns how many polls (each one a committed read) it took."""
+def wait_until_done(total: int, *, timeout: float, workers: Workers | None = None, interval: float = 0.1,
+                    type_name: str | None = None) -> int:
+    """Poll until ``total`` procedures (of ``type_name``, if given) are final; returns how many polls (each one a
+    committed read) it took."""
     from django_procedures.models import ProcedureRun
     from django_procedures.policy.status import FINAL
 
+    final = ProcedureRun.objects.filter(status__in=FINAL)
+    if type_name is not None:  # beside a seeded history, count only the benchmark's own
+        final = final.filter(type_name=type_name)
     deadline = time.monotonic() + timeout
     polls = 0
     while True:
         polls += 1
-        if ProcedureRun.objects.filter(status__in=FINAL).count() >= total:
+        if final.count() >= total:
             return polls
         if time.monotonic() > deadline:
             logs = workers.logs() if workers else ""
-            raise BenchmarkError(f"only {ProcedureRun.objects.filter(status__in=FINAL).count()} of {total} "
-                                 f"procedures finished within {timeout:.0f}s\n{logs}")
+            raise BenchmarkError(f"only {final.count()} of {total} procedures finished within {timeout:.0f}s\n{logs}")
         time.sleep(interval)
 
 

@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from benchmarks import history
 from benchmarks.harness import (
     BenchmarkError,
     Databases,
@@ -26,6 +27,8 @@ from benchmarks.harness import (
 
 #: Procedures per ``submit_many`` call: one INSERT statement each, all in one transaction.
 SUBMIT_CHUNK = 1000
+#: Worker settings that keep every finished procedure (no retention pass while measuring something else).
+KEEP_HISTORY = {"RETENTION": None}
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,13 @@ class Sizes:
     tree_parents: int = 200
     tree_children: int = 20
     schedules: int = 10_000
+    #: Old finished procedures the retention benchmark prunes (and prunes beside a drain of ``throughput``).
+    retention_procedures: int = 200_000
+    #: Procedures of the history benchmark's seeded side; its admin baseline; its drain; requests per page.
+    history_procedures: int = 10_000_000
+    history_baseline: int = 10_000
+    history_drain: int = 20_000
+    history_requests: int = 5
     #: Seconds an idle window lasts (the idle commit rate, the idle CPU).
     idle_window: float = 10.0
     #: Seconds to let started workers settle before an idle window (PostgreSQL flushes an idle
@@ -52,6 +62,8 @@ class Sizes:
 FULL = Sizes()
 QUICK = Sizes(throughput=40, steps_procedures=5, pickup=10, pickup_rate=20.0, backlog_finished=2_000,
               backlog_future=500, backlog_drain=40, tree_parents=2, tree_children=3, schedules=50,
+              retention_procedures=2_000, history_procedures=5_000, history_baseline=1_000, history_drain=40,
+              history_requests=1,
               idle_window=0.5, settle=0.1, timeout=120.0)
 
 
@@ -118,31 +130,41 @@ class Drain:
     db_cpu_ms: float  # PostgreSQL backend CPU per procedure (nan when not measurable)
 
 
-def drain_noops(ctx: Context, label: str, n: int, workers: int, template: str | None = None) -> Drain:
-    """Submit ``n`` no-op procedures, then time ``workers`` burst workers draining them."""
+def drain_noops(ctx: Context, label: str, n: int, workers: int, template: str | None = None,
+                settings: dict[str, Any] | None = None, db: str | None = None) -> Drain:
+    """Submit ``n`` no-op procedures, then time ``workers`` burst workers (with ``settings``) draining them.
+
+    In a fresh database (copied from ``template``), or in ``db`` if given (already connected).
+    """
+    if db is not None:
+        return _drain_noops_in(ctx, db, n, workers, settings)
+    with ctx.databases.fresh(label, template) as fresh:
+        return _drain_noops_in(ctx, fresh, n, workers, settings)
+
+
+def _drain_noops_in(ctx: Context, db: str, n: int, workers: int, settings: dict[str, Any] | None) -> Drain:
     from benchmarks.procedures import Noop
 
-    with ctx.databases.fresh(label, template) as db:
-        since = _now()
-        submit(Noop, [{}] * n)
-        close_connection()
-        ctx.server.wait_disconnected(db)
-        before = ctx.server.xact_commit(db)
-        with ctx.workers(db) as pool:
-            started = pool.start(workers, concurrency=ctx.threads, burst=True)
-            pool.wait_exit(started, ctx.sizes.timeout)
-        ctx.server.wait_disconnected(db)
-        commits = ctx.server.xact_commit(db) - before
-        count, first, last = finished_span(since)
-        if count != n:
-            raise BenchmarkError(f"expected {n} procedures, found {count}")
-        t0 = min(w.started for w in started)
-        db_cpu = pool.database_cpu()
-        return Drain(rate=n / (last - t0), steady=n / (last - first), commits=commits / n,
-                     rss_mb=max(w.last.rss_kb for w in started) / 1024,
-                     peak_mb=max(w.last.hwm_kb for w in started) / 1024,
-                     worker_cpu_ms=pool.worker_cpu() / n * 1000,
-                     db_cpu_ms=db_cpu / n * 1000 if db_cpu is not None else float("nan"))
+    since = _now()
+    submit(Noop, [{}] * n)
+    close_connection()
+    ctx.server.wait_disconnected(db)
+    before = ctx.server.xact_commit(db)
+    with ctx.workers(db) as pool:
+        started = pool.start(workers, concurrency=ctx.threads, burst=True, settings=settings)
+        pool.wait_exit(started, ctx.sizes.timeout)
+    ctx.server.wait_disconnected(db)
+    commits = ctx.server.xact_commit(db) - before
+    count, first, last = finished_span(since)
+    if count != n:
+        raise BenchmarkError(f"expected {n} procedures, found {count}")
+    t0 = min(w.started for w in started)
+    db_cpu = pool.database_cpu()
+    return Drain(rate=n / (last - t0), steady=n / (last - first), commits=commits / n,
+                 rss_mb=max(w.last.rss_kb for w in started) / 1024,
+                 peak_mb=max(w.last.hwm_kb for w in started) / 1024,
+                 worker_cpu_ms=pool.worker_cpu() / n * 1000,
+                 db_cpu_ms=db_cpu / n * 1000 if db_cpu is not None else float("nan"))
 
 
 def throughput(ctx: Context) -> list[Metric]:
@@ -232,40 +254,60 @@ def steps(ctx: Context) -> list[Metric]:
 # --------------------------------------------------------------------------- 3. pickup latency
 
 
-def pickup(ctx: Context) -> list[Metric]:
+@dataclass
+class Pickup:
+    latencies: list[float]  # ms from each submit's commit to its step's start
+    wake: float  # p50 ms from the submit's commit to the worker's claim
+    handoff: float  # p50 ms from the claim to the step's start
+    idle_cpu: float  # % of a core, the busier of the idle workers before the submits
+
+
+def measure_pickup(ctx: Context, db: str, settings: dict[str, Any] | None = None) -> Pickup:
+    """Start 2 idle workers on ``db`` and submit ``ctx.sizes.pickup`` procedures one at a time."""
     from django.db import connection, transaction
 
     from benchmarks.procedures import Stamp
     from django_procedures.models import ProcedureRun
 
     n, rate, t = ctx.sizes.pickup, ctx.sizes.pickup_rate, ctx.threads
+    with ctx.workers(db) as pool:
+        connection.ensure_connection()
+        started = pool.start(2, concurrency=t, burst=False, settings=settings)
+        pool.wait_idle(ctx.server, db, 2)
+        time.sleep(ctx.sizes.settle)
+        cpu0, t0 = [w.cpu_seconds() for w in started], time.monotonic()
+        time.sleep(ctx.sizes.idle_window)
+        cpu1, t1 = [w.cpu_seconds() for w in started], time.monotonic()
+        cpu = max(b - a for a, b in zip(cpu0, cpu1, strict=True)) / (t1 - t0) * 100
+        committed: dict[Any, float] = {}
+        begin = time.monotonic()
+        for i in range(n):
+            delay = begin + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            with transaction.atomic():
+                handle = Stamp.submit({"i": i})
+            committed[handle.id] = time.time()
+        wait_until_done(n, timeout=ctx.sizes.timeout, workers=pool, type_name=Stamp.type_name)
+        rows = ProcedureRun.objects.filter(id__in=list(committed)).values_list("id", "output", "started_at")
+        outputs = {pid: (output["started"], claimed.timestamp()) for pid, output, claimed in rows}
+    # started_at is the worker's clock just before its claim transaction: where the time goes.
+    return Pickup(latencies=[(outputs[pid][0] - at) * 1000 for pid, at in committed.items()],
+                  wake=percentile([(outputs[pid][1] - at) * 1000 for pid, at in committed.items()], 50),
+                  handoff=percentile([(step - claimed) * 1000 for step, claimed in outputs.values()], 50),
+                  idle_cpu=cpu)
+
+
+def pickup(ctx: Context) -> list[Metric]:
+    n, rate, t = ctx.sizes.pickup, ctx.sizes.pickup_rate, ctx.threads
     p50, p95, p99, cpu, wake, handoff = [], [], [], [], [], []
     for run in range(ctx.runs):
-        with ctx.databases.fresh(f"pickup_{run}") as db, ctx.workers(db) as pool:
-            connection.ensure_connection()
-            started = pool.start(2, concurrency=t, burst=False)
-            pool.wait_idle(ctx.server, db, 2)
-            time.sleep(ctx.sizes.settle)
-            cpu0, t0 = [w.cpu_seconds() for w in started], time.monotonic()
-            time.sleep(ctx.sizes.idle_window)
-            cpu1, t1 = [w.cpu_seconds() for w in started], time.monotonic()
-            cpu.append(max(b - a for a, b in zip(cpu0, cpu1, strict=True)) / (t1 - t0) * 100)
-            committed: dict[Any, float] = {}
-            begin = time.monotonic()
-            for i in range(n):
-                delay = begin + i / rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                with transaction.atomic():
-                    handle = Stamp.submit({"i": i})
-                committed[handle.id] = time.time()
-            wait_until_done(n, timeout=ctx.sizes.timeout, workers=pool)
-            rows = ProcedureRun.objects.filter(type_name=Stamp.type_name).values_list("id", "output", "started_at")
-            outputs = {pid: (output["started"], claimed.timestamp()) for pid, output, claimed in rows}
-        latencies = [(outputs[pid][0] - at) * 1000 for pid, at in committed.items()]
-        # started_at is the worker's clock just before its claim transaction: where the time goes.
-        wake.append(percentile([(outputs[pid][1] - at) * 1000 for pid, at in committed.items()], 50))
-        handoff.append(percentile([(step - claimed) * 1000 for step, claimed in outputs.values()], 50))
+        with ctx.databases.fresh(f"pickup_{run}") as db:
+            measured = measure_pickup(ctx, db)
+        latencies = measured.latencies
+        wake.append(measured.wake)
+        handoff.append(measured.handoff)
+        cpu.append(measured.idle_cpu)
         p50.append(percentile(latencies, 50))
         p95.append(percentile(latencies, 95))
         p99.append(percentile(latencies, 99))
@@ -360,7 +402,8 @@ def backlog(ctx: Context) -> list[Metric]:
     empty, full, ratio = [], [], []
     for run in range(ctx.runs):
         e = drain_noops(ctx, f"backlog_empty_{run}", s.backlog_drain, 2)
-        f = drain_noops(ctx, f"backlog_full_{run}", s.backlog_drain, 2, template=seeded)
+        # Retention off: this measures claims beside the backlog (the retention benchmark measures pruning).
+        f = drain_noops(ctx, f"backlog_full_{run}", s.backlog_drain, 2, template=seeded, settings=KEEP_HISTORY)
         empty.append(e.rate)
         full.append(f.rate)
         ratio.append(f.rate / e.rate * 100)
@@ -492,6 +535,8 @@ BENCHMARKS: dict[str, Callable[[Context], list[Metric]]] = {
     "trees": trees,
     "schedules": schedules,
     "observability": observability,
+    "retention": history.retention,
+    "history": history.history,
 }
 #: ``--only memory`` runs the throughput benchmark, whose workers it measures.
 ALIASES = {"memory": "throughput"}

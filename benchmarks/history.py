@@ -1,0 +1,145 @@
+"""Benchmarks of a long history: how fast retention prunes it, and what keeping ten million runs costs.
+
+``retention`` seeds finished procedures (each with its Step and Lease row), times
+the prune workers run, and drains no-op procedures with and without the
+workers' retention pass going on. ``history`` seeds the admin's realistic rows
+(``benchmarks.admin_plans``) at ``Sizes.history_procedures`` and measures claims,
+pickup and the admin's pages beside an empty table; it runs only when named
+(``--only history``) or in ``--quick`` form.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+from benchmarks.harness import BenchmarkError
+
+#: Benchmarks a plain ``python -m benchmarks.run`` leaves out: they run when named with ``--only`` (or ``--quick``).
+ON_PURPOSE = {"history"}
+
+
+# --------------------------------------------------------------------------- 9. retention
+
+
+def _prune_all(cutoff: Any, batch_size: int) -> tuple[int, float, float]:
+    """Prune every tree finished before ``cutoff``; (procedures deleted, seconds, longest batch in seconds)."""
+    from django_procedures.store import retention
+
+    total, longest = 0, 0.0
+    started = time.perf_counter()
+    while True:
+        t = time.perf_counter()
+        batch = retention.prune_batch(cutoff, batch_size=batch_size)
+        longest = max(longest, time.perf_counter() - t)
+        total += batch.procedures
+        if batch.trees < batch_size:
+            return total, time.perf_counter() - started, longest
+
+
+def retention(ctx: Any) -> list[Any]:
+    from benchmarks.suite import KEEP_HISTORY, Metric, _now, drain_noops, seed_backlog
+    from django_procedures.models import ProcedureRun, Step
+    from django_procedures.runtime.retention import BATCH_TREES
+
+    s = ctx.sizes
+    n = s.retention_procedures
+    ctx.progress(f"  seeding {n:,} finished procedures (1 to 61 days old, each with a step and a lease; once)")
+    seeded = ctx.databases.template("retention", lambda: seed_backlog(n, 0))
+    rates, longest, off, on, ratio, pruned = [], [], [], [], [], []
+    pruning = {"RETENTION": "1d"}  # every seeded procedure is older; the drained ones are not
+    for run in range(ctx.runs):
+        with ctx.databases.fresh(f"retention_prune_{run}", seeded):
+            steps = Step.objects.count()
+            deleted, seconds, worst = _prune_all(_now() - timedelta(days=1), BATCH_TREES)
+            if deleted != n or Step.objects.exists():
+                raise BenchmarkError(f"pruned {deleted} of {n} procedures; {Step.objects.count()} steps left")
+        rates.append(deleted / seconds)
+        longest.append(worst * 1000)
+        ctx.progress(f"  retention run {run + 1}: pruned {deleted:,} procedures, {steps:,} steps and as many leases "
+                     f"in {seconds:.2f}s: {rates[-1]:,.0f} procedures/s; longest batch of {BATCH_TREES} trees "
+                     f"{longest[-1]:.0f} ms")
+        results = {}
+        order = [("off", KEEP_HISTORY), ("on", pruning)]
+        for name, settings in (order if run % 2 == 0 else order[::-1]):  # neither side always goes first
+            with ctx.databases.fresh(f"retention_{name}_{run}", seeded) as db:
+                results[name] = drain_noops(ctx, "", s.throughput, 2, settings=settings, db=db).rate
+                if name == "on":
+                    cutoff = _now() - timedelta(days=1)
+                    pruned.append(n - ProcedureRun.objects.filter(finished_at__lt=cutoff).count())
+        off.append(results["off"])
+        on.append(results["on"])
+        ratio.append(results["on"] / results["off"] * 100)
+        ctx.progress(f"  retention run {run + 1}: drain without pruning {off[-1]:,.0f}/s, with the workers pruning "
+                     f"{on[-1]:,.0f}/s ({ratio[-1]:.0f}%); they pruned {pruned[-1]:,} old procedures meanwhile")
+    what = f"{s.throughput:,} no-op procedures, 2 workers x {ctx.threads} threads, beside {n:,} old finished"
+    return [
+        Metric("9 retention", f"prune {n:,} finished procedures (+ a step and a lease each), batches of "
+               f"{BATCH_TREES} trees", "procedures/s", rates, "≥ 50,000", lambda v: v >= 50_000),
+        Metric("9 retention", "longest batch (its locks and its transaction)", "ms", longest),
+        Metric("9 retention", f"{what}, retention off", "procedures/s", off),
+        Metric("9 retention", "same, the workers pruning (RETENTION=1d)", "procedures/s", on),
+        Metric("9 retention", "pruning / not pruning (paired runs)", "%", ratio, "≥ 90", lambda v: v >= 90),
+        Metric("9 retention", "old procedures the workers pruned during that drain", "procedures", pruned),
+    ]
+
+
+# --------------------------------------------------------------------------- 10. history
+
+
+def _time_admin(ctx: Any, repeat: int) -> dict[str, float]:
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from benchmarks.admin_plans import admin_pages, time_pages
+
+    user, _ = User.objects.get_or_create(username="history", defaults={"is_staff": True, "is_superuser": True})
+    client = Client()
+    client.force_login(user)
+    return time_pages(client, admin_pages(), repeat)
+
+
+def history(ctx: Any) -> list[Any]:
+    from benchmarks.admin_plans import seed
+    from benchmarks.suite import KEEP_HISTORY, Metric, drain_noops, measure_pickup, percentile
+
+    s = ctx.sizes
+    sides: dict[str, dict[str, Any]] = {}
+    for side, rows in (("empty", 0), ("history", s.history_procedures)):
+        with ctx.databases.fresh(f"history_{side}") as db:
+            if rows:
+                ctx.progress(f"  seeding {rows:,} procedures with their leases and steps")
+                t = time.monotonic()
+                seed(rows, say=ctx.progress)
+                ctx.progress(f"  seeded in {time.monotonic() - t:.0f}s")
+            drain = drain_noops(ctx, "", s.history_drain, 2, settings=KEEP_HISTORY, db=db)
+            picked = measure_pickup(ctx, db, settings=KEEP_HISTORY)
+            if not rows:  # the admin beside an empty table: a small history, so every page has rows to show
+                seed(s.history_baseline, say=lambda line: None)
+            pages = _time_admin(ctx, s.history_requests)
+        sides[side] = {"rate": drain.rate, "p50": percentile(picked.latencies, 50),
+                       "p99": percentile(picked.latencies, 99), "pages": pages}
+        ctx.progress(f"  history, {side}: drain {drain.rate:,.0f}/s, pickup p50 {sides[side]['p50']:.1f} ms, "
+                     f"p99 {sides[side]['p99']:.1f} ms; slowest page {max(pages.values()):.0f} ms "
+                     f"({max(pages, key=pages.get)})")
+    empty, full = sides["empty"], sides["history"]
+    size = f"{s.history_procedures:,}"
+    metrics = [
+        Metric("10 history", f"{s.history_drain:,} no-op procedures, 2 workers x {ctx.threads} threads, empty table",
+               "procedures/s", [empty["rate"]]),
+        Metric("10 history", f"same, beside {size} finished procedures", "procedures/s", [full["rate"]]),
+        Metric("10 history", "history / empty", "%", [full["rate"] / empty["rate"] * 100], "≥ 90",
+               lambda v: v >= 90),
+        Metric("10 history", "pickup p50, empty table", "ms", [empty["p50"]], digits=1),
+        Metric("10 history", f"pickup p50, beside {size}", "ms", [full["p50"]], digits=1),
+        Metric("10 history", f"pickup p99, beside {size} (empty: {empty['p99']:.1f} ms)", "ms", [full["p99"]],
+               digits=1),
+    ]
+    for title, ms in full["pages"].items():
+        limit = 500 if title == "dashboard" else 200
+        metrics.append(Metric("10 history", f"admin: {title}, median of {s.history_requests}, at {size} "
+                              f"(at {s.history_baseline:,}: {empty['pages'][title]:.0f} ms)", "ms", [ms],
+                              f"< {limit}", lambda v, limit=limit: v < limit))
+    return metrics
+
