@@ -82,23 +82,27 @@ def prune_batch(older_than: datetime, statuses: Sequence[str] | None = None, bat
 
 # One statement, set-based: no rows travel to Python, and no window between checking and deleting.
 #  - roots: old finished roots, oldest first, locked; those another transaction holds are skipped.
-#  - members: every member of those trees, locked (waiting for a transaction that holds one, such as a manual
-#    retry of an old failed child) and read as committed at the moment of locking, not as of the statement's
-#    start. A tree with a member that is not final is left whole.
+#  - descendants: the other members of those trees, found by the root index and locked (waiting for a transaction
+#    that holds one, such as a manual retry of an old failed child). A locked row, root or not, is read as
+#    committed at the moment it was locked, not as of the statement's start, so a tree with a member that is no
+#    longer final is seen as such and left whole.
 #  - the DELETEs of children and runs all read `doomed` (each runs to completion, read or not); the foreign
 #    keys are checked at commit.
 _PRUNE_SQL = """
 WITH roots AS (
-    SELECT r.id FROM {run} AS r
+    SELECT r.id, r.status FROM {run} AS r
     WHERE r.root_id IS NULL AND r.finished_at < %(cutoff)s AND r.status = ANY(%(statuses)s)
       AND NOT EXISTS (SELECT 1 FROM {run} AS u WHERE u.root_id = r.id AND u.status <> ALL(%(final)s))
     ORDER BY r.finished_at
     LIMIT %(limit)s
     FOR UPDATE OF r SKIP LOCKED
-), members AS (
-    SELECT m.id, COALESCE(m.root_id, m.id) AS tree, m.status FROM {run} AS m
-    WHERE m.id IN (SELECT id FROM roots) OR m.root_id IN (SELECT id FROM roots)
+), descendants AS (
+    SELECT m.id, m.root_id AS tree, m.status FROM roots AS t JOIN {run} AS m ON m.root_id = t.id
     FOR UPDATE OF m
+), members AS (
+    SELECT id, id AS tree, status FROM roots
+    UNION ALL
+    SELECT id, tree, status FROM descendants
 ), doomed AS (
     SELECT m.id, m.id = m.tree AS is_root FROM members AS m
     WHERE NOT EXISTS (SELECT 1 FROM members AS a WHERE a.tree = m.tree AND a.status <> ALL(%(final)s))
