@@ -88,3 +88,29 @@ def test_a_chore_that_has_more_to_do_comes_back_after_its_busy_interval():
     before = chore.next_at
     chore.run_if_due()  # due again at once: the run said there is more
     assert chore.next_at > before + 500  # then the ordinary interval
+
+
+def test_the_pass_logs_what_it_pruned_once(settings, caplog):
+    settings.PROCEDURES = {"RETENTION": "1d"}
+    finished(2)
+    with caplog.at_level("INFO", logger="django_procedures.worker"):
+        retention.prune_pass()
+        retention.prune_pass()  # nothing left: no line
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("retention:")]
+    assert line.startswith("retention: pruned 1 trees finished before ") and line.endswith(
+        "(1 procedures, 0 steps, 0 leases)")
+
+
+def test_the_documented_pace_of_the_pass():
+    # docs/running-workers.md, "Retention that runs itself": batches of 1,000 trees, passes of at most 0.1 s,
+    # 1 s apart while old trees remain, 60 s apart otherwise.
+    assert (retention.BATCH_TREES, retention.PASS_SECONDS, retention.BEHIND_SECONDS, retention.IDLE_SECONDS) == (
+        1000, 0.1, 1.0, 60.0)
+    from types import SimpleNamespace
+
+    from django_procedures.runtime.worker import Worker as WorkerLoop
+
+    loop = SimpleNamespace(options=SimpleNamespace(with_scheduler=False), _log_stats=lambda *args: None)
+    chore = {c.name: c for c in WorkerLoop._chores(loop)}["retention"]
+    assert (chore.run, chore.interval, chore.busy_interval, chore.first_run) == (
+        retention.prune_pass, 60.0, 1.0, True)
