@@ -22,7 +22,8 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
@@ -136,8 +137,44 @@ STEP_SQL = """
 """
 
 
+@contextmanager
+def indexes_built_afterwards(cursor: Any, tables: list[str], say: Callable[[str], Any]) -> Iterator[None]:
+    """Drop the indexes of ``tables`` that back no constraint, and build them again at the end.
+
+    Building an index once over ten million rows is several times faster than
+    keeping fourteen of them up to date row by row.
+    """
+    cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = ANY(%s) "
+                   "AND indexname NOT IN (SELECT conname FROM pg_constraint)", [tables])
+    saved = cursor.fetchall()
+    for name, _ in saved:
+        cursor.execute(f'DROP INDEX "{name}"')
+    yield
+    started = time.perf_counter()
+    cursor.execute("SET maintenance_work_mem = '256MB'")
+    for _, definition in saved:
+        cursor.execute(definition)
+    say(f"  built {len(saved)} indexes in {time.perf_counter() - started:.1f}s")
+
+
 def seed(total: int, say: Callable[[str], Any] = print) -> None:
     """``total`` procedures (see the module's docstring), a Lease per started one and a Step per finished one."""
+    from django.db import connection
+
+    from django_procedures.models import Lease, ProcedureRun, Step
+
+    with connection.cursor() as cursor:
+        tables = [ProcedureRun._meta.db_table, Lease._meta.db_table, Step._meta.db_table]
+        with indexes_built_afterwards(cursor, tables, say):
+            _seed(total, say)
+        started = time.perf_counter()
+        cursor.execute("VACUUM ANALYZE")
+        say(f"  VACUUM ANALYZE in {time.perf_counter() - started:.1f}s")
+        cursor.execute(f"SELECT status, count(*) FROM {tables[0]} GROUP BY 1 ORDER BY 2 DESC")
+        say("  rows by status: " + ", ".join(f"{s}={n:,}" for s, n in cursor.fetchall()))
+
+
+def _seed(total: int, say: Callable[[str], Any]) -> None:
     from django.db import connection
 
     from django_procedures.models import Lease, ProcedureRun, Step
@@ -175,11 +212,6 @@ def seed(total: int, say: Callable[[str], Any] = print) -> None:
         started = time.perf_counter()
         cursor.execute(STEP_SQL.format(step=Step._meta.db_table, run=table), seeded_types)
         say(f"  seeded {cursor.rowcount:>9,} steps in {time.perf_counter() - started:.1f}s")
-        started = time.perf_counter()
-        cursor.execute("VACUUM ANALYZE")
-        say(f"  VACUUM ANALYZE in {time.perf_counter() - started:.1f}s")
-        cursor.execute(f"SELECT status, count(*) FROM {table} GROUP BY 1 ORDER BY 2 DESC")
-        say("  rows by status: " + ", ".join(f"{s}={n:,}" for s, n in cursor.fetchall()))
 
 
 def capture(fn: Callable[[], Any]) -> list[tuple[str, Any]]:
