@@ -23,11 +23,30 @@ ON_PURPOSE = {"history"}
 # --------------------------------------------------------------------------- 9. retention
 
 
-def _prune_all(cutoff: Any, batch_size: int) -> tuple[int, float, float]:
-    """Prune every tree finished before ``cutoff``; (procedures deleted, seconds, longest batch in seconds)."""
+def _backend_cpu() -> float | None:
+    """CPU seconds this connection's PostgreSQL backend has used (None: the server is not on this host)."""
+    from django.db import connection
+
+    from benchmarks.harness import cpu_seconds
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    try:
+        return cpu_seconds(pid)
+    except (OSError, ValueError):
+        return None
+
+
+def _prune_all(cutoff: Any, batch_size: int) -> tuple[int, float, float, float | None]:
+    """Prune every tree finished before ``cutoff``.
+
+    Returns (procedures deleted, seconds, longest batch in seconds, PostgreSQL CPU seconds or None).
+    """
     from django_procedures.store import retention
 
     total, longest = 0, 0.0
+    cpu0 = _backend_cpu()
     started = time.perf_counter()
     while True:
         t = time.perf_counter()
@@ -35,7 +54,9 @@ def _prune_all(cutoff: Any, batch_size: int) -> tuple[int, float, float]:
         longest = max(longest, time.perf_counter() - t)
         total += batch.procedures
         if batch.trees < batch_size:
-            return total, time.perf_counter() - started, longest
+            seconds = time.perf_counter() - started
+            cpu1 = _backend_cpu()
+            return total, seconds, longest, (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None
 
 
 def retention(ctx: Any) -> list[Any]:
@@ -45,21 +66,25 @@ def retention(ctx: Any) -> list[Any]:
 
     s = ctx.sizes
     n = s.retention_procedures
-    ctx.progress(f"  seeding {n:,} finished procedures (1 to 61 days old, each with a step and a lease; once)")
-    seeded = ctx.databases.template("retention", lambda: seed_backlog(n, 0))
-    rates, longest, off, on, ratio, pruned = [], [], [], [], [], []
+    ctx.progress(f"  seeding {n:,} finished procedures (1 to 61 days old, in the order they finished, each with a "
+                 "step and a lease; once)")
+    seeded = ctx.databases.template("retention", lambda: seed_backlog(n, 0, in_order=True))
+    rates, longest, off, on, ratio, pruned, cpu_ms = [], [], [], [], [], [], []
     pruning = {"RETENTION": "1d"}  # every seeded procedure is older; the drained ones are not
     for run in range(ctx.runs):
         with ctx.databases.fresh(f"retention_prune_{run}", seeded):
             steps = Step.objects.count()
-            deleted, seconds, worst = _prune_all(_now() - timedelta(days=1), BATCH_TREES)
+            deleted, seconds, worst, cpu = _prune_all(_now() - timedelta(days=1), BATCH_TREES)
             if deleted != n or Step.objects.exists():
                 raise BenchmarkError(f"pruned {deleted} of {n} procedures; {Step.objects.count()} steps left")
         rates.append(deleted / seconds)
         longest.append(worst * 1000)
+        if cpu is not None:
+            cpu_ms.append(cpu / deleted * 1000)
         ctx.progress(f"  retention run {run + 1}: pruned {deleted:,} procedures, {steps:,} steps and as many leases "
                      f"in {seconds:.2f}s: {rates[-1]:,.0f} procedures/s; longest batch of {BATCH_TREES} trees "
-                     f"{longest[-1]:.0f} ms")
+                     f"{longest[-1]:.0f} ms; PostgreSQL CPU {cpu_ms[-1] if cpu_ms else float('nan'):.3f} ms per "
+                     "procedure")
         results = {}
         order = [("off", KEEP_HISTORY), ("on", pruning)]
         for name, settings in (order if run % 2 == 0 else order[::-1]):  # neither side always goes first
@@ -78,6 +103,10 @@ def retention(ctx: Any) -> list[Any]:
         Metric("9 retention", f"prune {n:,} finished procedures (+ a step and a lease each), batches of "
                f"{BATCH_TREES} trees", "procedures/s", rates, "≥ 50,000", lambda v: v >= 50_000),
         Metric("9 retention", "longest batch (its locks and its transaction)", "ms", longest),
+        Metric("9 retention", "PostgreSQL CPU per pruned procedure (its backend, from /proc)", "ms", cpu_ms,
+               digits=3),
+        Metric("9 retention", "capacity of one idle core at that CPU cost: 1000 / ms", "procedures/s",
+               [1000 / v for v in cpu_ms if v > 0], "≥ 50,000", lambda v: v >= 50_000),
         Metric("9 retention", f"{what}, retention off", "procedures/s", off),
         Metric("9 retention", "same, the workers pruning (RETENTION=1d)", "procedures/s", on),
         Metric("9 retention", "pruning / not pruning (paired runs)", "%", ratio, "≥ 90", lambda v: v >= 90),

@@ -332,19 +332,24 @@ def pickup(ctx: Context) -> list[Metric]:
 # --------------------------------------------------------------------------- 4. backlog
 
 
-def seed_backlog(finished: int, future: int) -> None:
-    """``finished`` done procedures (each with its Step and Lease row) and ``future`` ready ones due later."""
+def seed_backlog(finished: int, future: int, *, in_order: bool = False) -> None:
+    """``finished`` done procedures (each with its Step and Lease row) and ``future`` ready ones due later.
+
+    The finished ones end at random times over 60 days, or ``in_order``: the later inserted, the later
+    finished, as procedures that ran one after another are laid out in the table.
+    """
     from django.db import connection
 
     from benchmarks.procedures import Noop
     from django_procedures.models import Lease, ProcedureRun, Step
 
+    ages = "(%(n)s - g) * interval '60 days' / %(n)s" if in_order else "random() * interval '60 days'"
     insert_rows(ProcedureRun, {
         "id": "gen_random_uuid()", "type_name": "%(type)s", "status": "'done'", "step": "1", "step_name": "''",
         "lease_token": "1", "output": "NULL", "run_at": "s.at", "created_at": "s.at", "started_at": "s.at",
         "finished_at": "s.at + interval '5 milliseconds'", "step_started_at": "s.at",
-    }, source="(SELECT now() - interval '1 day' - random() * interval '60 days' AS at "
-              "FROM generate_series(1, %(n)s)) AS s", n=finished, type=Noop.type_name)
+    }, source=f"(SELECT now() - interval '1 day' - {ages} AS at FROM generate_series(1, %(n)s) AS g) AS s",
+       n=finished, type=Noop.type_name)
     insert_rows(ProcedureRun, {
         "id": "gen_random_uuid()", "type_name": "%(type)s", "status": "'ready'", "step_name": "'run'",
         "run_at": "now() + interval '1 day' + random() * interval '30 days'", "created_at": "now() - interval '1 hour'",

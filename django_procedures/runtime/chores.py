@@ -26,8 +26,6 @@ class Chore:
     next_at: float = 0.0
     #: The last run raised (its error was logged; the next ones of the streak are not).
     failing: bool = False
-    #: If set, a run that returns True (more to do) runs again after this many seconds instead of ``interval``.
-    busy_interval: float | None = None
 
     def __post_init__(self) -> None:
         self.next_at = time.monotonic() if self.first_run else time.monotonic() + self.interval
@@ -37,8 +35,10 @@ class Chore:
             return
         interval = self.interval
         try:
-            if self.run() is True and self.busy_interval is not None:
-                interval = self.busy_interval
+            again = self.run()
+            # A run may say when it wants to run again (a number of seconds), e.g. sooner while it has more to do.
+            if isinstance(again, int | float) and not isinstance(again, bool):
+                interval = float(again)
         except Exception as error:  # the chore's own failure: claiming goes on, the chore runs again when due
             self._failed(error)
         else:

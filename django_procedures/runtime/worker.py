@@ -199,8 +199,7 @@ class Worker:
     def _chores(self) -> list[Chore]:
         chores = [Chore("maintenance", float(conf.SWEEP_SECONDS), maintain),
                   Chore("stats", float(conf.STATS_SECONDS), lambda: self._log_stats("stats"), first_run=False),
-                  Chore("retention", retention.IDLE_SECONDS, retention.prune_pass,
-                        busy_interval=retention.BEHIND_SECONDS)]
+                  Chore("retention", retention.IDLE_SECONDS, retention.prune_pass)]
         if self.options.with_scheduler:
             chores.append(Chore("scheduler", float(conf.TICK_SECONDS), tick))
         return chores

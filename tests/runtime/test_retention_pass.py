@@ -28,7 +28,7 @@ def test_a_pass_prunes_trees_older_than_retention_and_keeps_younger_and_unfinish
     finished(31), finished(31, "cancelled")
     young = finished(29)
     waiting = ProcedureRun._writer.create(type_name="x", status="waiting", run_at=clock.now() - timedelta(days=90))
-    assert retention.prune_pass() is False  # nothing left
+    assert retention.prune_pass() is None  # nothing left
     assert set(ProcedureRun.objects.values_list("id", flat=True)) == {young.id, waiting.id}
 
 
@@ -43,7 +43,7 @@ def test_the_default_retention_is_thirty_days(settings):
 def test_none_turns_retention_off(settings):
     settings.PROCEDURES = {"RETENTION": None}
     finished(3650)
-    assert retention.prune_pass() is False
+    assert retention.prune_pass() is None
     assert ProcedureRun.objects.count() == 1
 
 
@@ -53,10 +53,10 @@ def test_a_pass_stops_after_its_time_and_says_more_is_left(settings, monkeypatch
     monkeypatch.setattr(retention, "PASS_SECONDS", 0)  # one batch per pass
     for _ in range(5):
         finished(2)
-    assert retention.prune_pass() is True
-    assert ProcedureRun.objects.count() == 3  # one batch of 2 trees
-    assert retention.prune_pass() is True
-    assert retention.prune_pass() is False
+    assert retention.prune_pass() == retention.BEHIND_SECONDS  # one batch of 2 trees; come back soon
+    assert ProcedureRun.objects.count() == 3
+    assert retention.prune_pass() == retention.BEHIND_SECONDS
+    assert retention.prune_pass() is None
     assert not ProcedureRun.objects.exists()
 
 
@@ -65,9 +65,9 @@ def test_a_pass_does_nothing_while_another_worker_prunes(settings):
     finished(2)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended('django_procedures:retention', 0))")
-        assert InThread(retention.prune_pass).join() is False
+        assert InThread(retention.prune_pass).join() is None
         assert ProcedureRun.objects.count() == 1
-    assert retention.prune_pass() is False
+    assert retention.prune_pass() is None
     assert not ProcedureRun.objects.exists()
 
 
@@ -81,13 +81,25 @@ def test_once_the_trees_are_done_old_rows_of_stopped_workers_go_too(settings):
     assert not Worker.objects.exists()
 
 
-def test_a_chore_that_has_more_to_do_comes_back_after_its_busy_interval():
-    results = iter([True, False])
-    chore = Chore("c", interval=600, run=lambda: next(results), busy_interval=0)
+def test_a_slow_pass_waits_nine_times_as_long_as_it_took(settings, monkeypatch):
+    settings.PROCEDURES = {"RETENTION": "1d"}
+    monkeypatch.setattr(retention, "BATCH_TREES", 1)
+    ticks = iter([100.0, 103.0])  # the batch took 3 s: the database is slow
+    monkeypatch.setattr(retention, "monotonic", lambda: next(ticks))
+    finished(2), finished(2)
+    assert retention.prune_pass() == pytest.approx(27.0)
+
+
+def test_a_chore_that_names_its_next_interval_runs_again_then():
+    results = iter([0, None, True])
+    chore = Chore("c", interval=600, run=lambda: next(results))
     chore.run_if_due()
     before = chore.next_at
-    chore.run_if_due()  # due again at once: the run said there is more
-    assert chore.next_at > before + 500  # then the ordinary interval
+    chore.run_if_due()  # due again at once: the run asked for 0 seconds
+    assert chore.next_at > before + 500  # None: the ordinary interval
+    chore.next_at = 0
+    chore.run_if_due()
+    assert chore.next_at > before + 500  # a bool is not a number of seconds
 
 
 def test_the_pass_logs_what_it_pruned_once(settings, caplog):
@@ -102,15 +114,14 @@ def test_the_pass_logs_what_it_pruned_once(settings, caplog):
 
 
 def test_the_documented_pace_of_the_pass():
-    # docs/running-workers.md, "Retention that runs itself": batches of 1,000 trees, passes of at most 0.1 s,
-    # 1 s apart while old trees remain, 60 s apart otherwise.
-    assert (retention.BATCH_TREES, retention.PASS_SECONDS, retention.BEHIND_SECONDS, retention.IDLE_SECONDS) == (
-        1000, 0.1, 1.0, 60.0)
+    # docs/running-workers.md, "Retention that runs itself": batches of 500 trees, passes of about 0.1 s, at
+    # least 1 s apart (nine times the pass) while old trees remain, 60 s apart otherwise.
+    assert (retention.BATCH_TREES, retention.PASS_SECONDS, retention.BUSY_SHARE, retention.BEHIND_SECONDS,
+            retention.IDLE_SECONDS) == (500, 0.1, 0.1, 1.0, 60.0)
     from types import SimpleNamespace
 
     from django_procedures.runtime.worker import Worker as WorkerLoop
 
     loop = SimpleNamespace(options=SimpleNamespace(with_scheduler=False), _log_stats=lambda *args: None)
     chore = {c.name: c for c in WorkerLoop._chores(loop)}["retention"]
-    assert (chore.run, chore.interval, chore.busy_interval, chore.first_run) == (
-        retention.prune_pass, 60.0, 1.0, True)
+    assert (chore.run, chore.interval, chore.first_run) == (retention.prune_pass, 60.0, True)
