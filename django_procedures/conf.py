@@ -75,6 +75,10 @@ class ProceduresSettings:
             self._cache = {**DEFAULTS, **self.user_settings}
         return self._cache
 
+    def merged(self) -> dict[str, Any]:
+        """Every setting: ``settings.PROCEDURES`` over :data:`DEFAULTS` (a copy)."""
+        return dict(self._values())
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name not in DEFAULTS:
             raise AttributeError(f"PROCEDURES has no setting {name!r}")
