@@ -61,7 +61,7 @@ def workers_panel(since: datetime) -> dict[str, Any]:
     held = dict(ProcedureRun.objects.filter(status__in=LEASED).order_by()
                 .values_list("lease_owner").annotate(n=Count("id")))
     for w in alive:
-        w.running = held.pop(w.worker_id, 0)  # type: ignore[attr-defined]
+        w.running = held.pop(w.worker_id, 0)
     return {
         "alive": alive,
         "gone": len(unstopped) - len(alive),
@@ -77,7 +77,7 @@ def schedules_panel(limit: int = 10) -> dict[str, Any]:
                  .order_by("-last_drift_ms", "name")[:limit])
     for s in drift:
         ms = s.last_drift_ms or 0
-        s.drift = f"{ms:,}" + (f" ({duration(ms / 1000)})" if ms >= 1000 else "")  # type: ignore[attr-defined]
+        s.drift = f"{ms:,}" + (f" ({duration(ms / 1000)})" if ms >= 1000 else "")
     counts = Schedule.objects.aggregate(total=Count("id"), paused=Count("id", filter=Q(enabled=False)),
                                         failing=Count("id", filter=Q(failures__gt=0)))
     return {

@@ -133,7 +133,7 @@ def page_context(run: ProcedureRun) -> dict[str, Any]:
     steps, steps_cut = timeline(run, now)
     leases = list(Lease.objects.filter(procedure_id=run.id).order_by("-token")[:LEASE_LIMIT])
     for lease in leases:
-        lease.held = run_duration(lease.claimed_at, lease.released_at, lease_now)  # type: ignore[attr-defined]
+        lease.held = run_duration(lease.claimed_at, lease.released_at, lease_now)
     redaction = redaction_for(run.type_name)
     total, machine = step_total(run.type_name)
     node = tree.nodes[run.id]

@@ -79,7 +79,7 @@ class ScheduleForm(forms.ModelForm):
             self.initial["state"] = redaction_for(self.instance.procedure).apply(self.instance.state)
 
     def clean_procedure(self) -> Any:
-        procedure = self.cleaned_data.get("procedure")
+        procedure = self.cleaned_data["procedure"]  # a required field: only called with a value
         try:
             registry.get(procedure)
         except UnknownProcedureType as error:
@@ -206,7 +206,8 @@ class ScheduleAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.Mo
         fixed = ("name",) if obj.from_code else ()  # renamed, the next sync would create it again
         return (*fixed, *STATUS, "metrics", "recent_runs", "snapshot", "masked_state")
 
-    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> list[tuple[Any, dict[str, Any]]]:
+    def get_fieldsets(  # type: ignore[override]  # plain dicts, which Django takes; the stubs want a TypedDict
+            self, request: HttpRequest, obj: Any = None) -> list[tuple[Any, dict[str, Any]]]:
         """Read-only, the state is shown masked (the form, for an editor, masks it itself)."""
         fieldsets = self._fieldsets(obj)
         if obj is None or self.has_change_permission(request, obj):

@@ -35,7 +35,12 @@ def steps_committed(type_name: str, records: Sequence[Any]) -> None:
     """``records`` (``transitions.StepRecord``) were written as ``done``: counted once their transaction commits."""
     if observers:
         ended = [(type_name, "done", _seconds(r)) for r in records]
-        transaction.on_commit(lambda: [_emit("step_ended", *args) for args in ended])
+
+        def emit() -> None:
+            for args in ended:
+                _emit("step_ended", *args)
+
+        transaction.on_commit(emit)
 
 
 def step_failed(type_name: str, record: Any) -> None:
