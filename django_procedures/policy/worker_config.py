@@ -162,7 +162,7 @@ def settings_problems(values: Mapping[str, Any], *, sqlite: bool) -> list[Proble
     return []
 
 
-def _first(*found: Problem | None) -> list[Problem]:
+def _present(*found: Problem | None) -> list[Problem]:
     return [p for p in found if p is not None]
 
 
@@ -214,13 +214,13 @@ class WorkerConfig:
             setting("SHUTDOWN_TIMEOUT_SECONDS"), values["SHUTDOWN_TIMEOUT_SECONDS"])
         threads_label, threads = ("--concurrency", concurrency) if concurrency is not None else (
             setting("CONCURRENCY"), values["CONCURRENCY"])
-        problems = _first(lease_problem(lease, lease_label), shutdown_timeout_problem(shutdown, shutdown_label),
+        problems = _present(lease_problem(lease, lease_label), shutdown_timeout_problem(shutdown, shutdown_label),
                           *(positive_seconds_problem(values[name], setting(name)) for name in POSITIVE_SECONDS))
         if problems:
             raise WorkerConfigError(problems)
         lease = float(lease)
         renewal, idle = values["RENEWAL_TIMEOUT_SECONDS"], values["IDLE_IN_TRANSACTION_TIMEOUT_SECONDS"]
-        problems = _first(renewal_timeout_problem(renewal, lease, lease_label),
+        problems = _present(renewal_timeout_problem(renewal, lease, lease_label),
                           idle_timeout_problem(idle, lease, lease_label),
                           concurrency_problem(threads, threads_label)
                           or (sqlite_concurrency_problem(threads, threads_label) if sqlite else None),
