@@ -206,7 +206,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
     while True:
         ctx = Context(procedure_id=claim.id, type_name=claim.type_name, attempt=attempt, step_index=index,
                       step_name=spec.name, lease_token=claim.lease_token, activity=activity,
-                      children=running.children, progress_recorder=running.progress)
+                      children=running.children, progress_recorder=running.progress, _claim=claim)
         started, t0 = clock.now(), time.monotonic()
         running.current, running.step_index, running.step_attempt = spec, index, attempt
         running.step_started_at = started

@@ -132,7 +132,9 @@ def test_retries_record_one_error_and_one_worker_per_attempt():
     assert result.return_value == {"attempt": 3, "worker_ids": 3}  # context.attempt is 1-based
     assert [e.exception_class_path for e in result.errors] == ["builtins.ValueError"] * 2
     assert result.errors[0].exception_class is ValueError
-    assert "attempt 1 fails on purpose" in result.errors[0].traceback
+    for n, error in enumerate(result.errors, start=1):  # each attempt's own traceback, not only the last one's
+        assert error.traceback.startswith("Traceback (most recent call last)")
+        assert f"attempt {n} fails on purpose" in error.traceback
     assert len(result.worker_ids) == 3
 
 

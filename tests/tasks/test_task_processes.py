@@ -106,3 +106,22 @@ def test_a_non_json_return_value_fails_the_task_saying_what_to_change(workers):
     assert result.status == TaskResultStatus.FAILED
     assert "is a date, which is not JSON" in ProcedureRun.objects.get(id=result.id).error
     assert result.args == [] and result.worker_ids == [w.worker_id]
+
+
+def test_each_failed_attempt_keeps_its_own_traceback(workers):
+    result = tasks.flaky.enqueue(succeed_on=3)
+    a = workers.start("--concurrency", "2", procedures=FAST)
+    b = workers.start(procedures=FAST)
+    wait_finished(result, timeout=60, workers=workers)
+
+    assert result.return_value == {"attempt": 3, "worker_ids": 3}
+    assert [e.exception_class_path for e in result.errors] == ["builtins.ValueError"] * 2
+    first, second = (e.traceback for e in result.errors)
+    assert first != second
+    for n, trace in ((1, first), (2, second)):
+        assert trace.startswith("Traceback (most recent call last)"), trace
+        assert f"ValueError: attempt {n} fails on purpose" in trace and "in flaky" in trace
+    assert len(result.worker_ids) == 3 and set(result.worker_ids) <= {a.worker_id, b.worker_id}
+    for w in (a, b):
+        w.signal(signal.SIGTERM)
+        assert w.wait(30) == 0
