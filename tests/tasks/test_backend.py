@@ -178,9 +178,18 @@ def test_bad_options_are_configuration_errors(options):
         ProceduresBackend("default", {"OPTIONS": options})
 
 
+def takes_no_context(n):
+    return n
+
+
 def test_bad_task_options_are_refused():
     with pytest.raises(InvalidTask, match=r"retry must be a django_procedures\.RetryPolicy"):
         ProceduresTask(func=fails_always, retry={"max_attempts": 2})
+    with pytest.raises(InvalidTask, match="atomic must be True or False; got 'yes'"):
+        ProceduresTask(func=fails_always, atomic="yes")
+    with pytest.raises(InvalidTask, match="Task takes context but does not have a first argument of 'context'"):
+        ProceduresTask(func=takes_no_context, takes_context=True)
+    assert not ProcedureRun.objects.exists()
     assert ProceduresTask(func=fails_always, retry=RetryPolicy(max_attempts=2)).retry.max_attempts == 2
 
 

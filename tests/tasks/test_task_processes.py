@@ -7,8 +7,10 @@ results are read in this process, which is never the one that ran the task.
 from __future__ import annotations
 
 import signal
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from django_procedures.models import Lease, ProcedureRun
 from django_procedures.tasks.compat import TaskResultStatus, task_backends
@@ -60,6 +62,23 @@ def test_workers_run_tasks_and_any_process_reads_the_results(workers):
     for w in (a, b):
         w.signal(signal.SIGTERM)
         assert w.wait(30) == 0
+
+
+def test_a_real_worker_keeps_deferral_and_priorities(workers):
+    later = timezone.now() + timedelta(seconds=3)
+    deferred = tasks.add.using(run_after=later).enqueue(1, 1)
+    low = tasks.add.using(priority=-5).enqueue(1, 2)
+    high = tasks.add.using(priority=50).enqueue(1, 3)
+    middle = tasks.add.enqueue(1, 4)
+    # One thread claiming one task at a time: the claims are in the order the queue gives them.
+    w = workers.start("--concurrency", "1", procedures={**FAST, "PREFETCH": 0})
+    wait_finished(deferred, timeout=60, workers=workers)
+    for result in (low, high, middle):
+        result.refresh()
+    assert [r.return_value for r in sorted((low, high, middle), key=lambda r: r.started_at)] == [4, 5, 3]
+    assert deferred.started_at >= later and deferred.return_value == 2
+    w.signal(signal.SIGTERM)
+    assert w.wait(30) == 0
 
 
 def test_a_task_lost_with_its_worker_runs_again_and_its_writes_commit_once(workers, tmp_path):
