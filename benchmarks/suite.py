@@ -40,6 +40,8 @@ class Sizes:
     tree_parents: int = 200
     tree_children: int = 20
     schedules: int = 10_000
+    #: No-op tasks per task throughput run (the tasks benchmark; also the peers' N with --peers).
+    tasks: int = 20_000
     #: Seconds an idle window lasts (the idle commit rate, the idle CPU).
     idle_window: float = 10.0
     #: Seconds to let started workers settle before an idle window (PostgreSQL flushes an idle
@@ -51,7 +53,7 @@ class Sizes:
 
 FULL = Sizes()
 QUICK = Sizes(throughput=40, steps_procedures=5, pickup=10, pickup_rate=20.0, backlog_finished=2_000,
-              backlog_future=500, backlog_drain=40, tree_parents=2, tree_children=3, schedules=50,
+              backlog_future=500, backlog_drain=40, tree_parents=2, tree_children=3, schedules=50, tasks=40,
               idle_window=0.5, settle=0.1, timeout=120.0)
 
 
@@ -81,6 +83,8 @@ class Context:
     profile: Path | None = None
     progress: Callable[[str], None] = print
     details: list[str] = field(default_factory=list)
+    #: Also run the peers (``--peers``): each benchmark that has one runs it beside ours, in the same run.
+    peers: bool = False
 
     def url(self, dbname: str) -> str:
         return self.server.url(dbname)
@@ -118,13 +122,18 @@ class Drain:
     db_cpu_ms: float  # PostgreSQL backend CPU per procedure (nan when not measurable)
 
 
-def drain_noops(ctx: Context, label: str, n: int, workers: int, template: str | None = None) -> Drain:
-    """Submit ``n`` no-op procedures, then time ``workers`` burst workers draining them."""
+def drain_noops(ctx: Context, label: str, n: int, workers: int, template: str | None = None,
+                fill: Callable[[int], None] | None = None) -> Drain:
+    """Submit ``n`` no-op procedures (or let ``fill(n)`` enqueue ``n`` no-op runs), then time ``workers`` burst
+    workers draining them."""
     from benchmarks.procedures import Noop
 
     with ctx.databases.fresh(label, template) as db:
         since = _now()
-        submit(Noop, [{}] * n)
+        if fill is None:
+            submit(Noop, [{}] * n)
+        else:
+            fill(n)
         close_connection()
         ctx.server.wait_disconnected(db)
         before = ctx.server.xact_commit(db)
@@ -492,6 +501,13 @@ BENCHMARKS: dict[str, Callable[[Context], list[Metric]]] = {
     "trees": trees,
     "schedules": schedules,
     "observability": observability,
+    "tasks": lambda ctx: _tasks_benchmark(ctx),
 }
+
+
+def _tasks_benchmark(ctx: Context) -> list[Metric]:
+    from benchmarks.task_benchmark import tasks
+
+    return tasks(ctx)
 #: ``--only memory`` runs the throughput benchmark, whose workers it measures.
 ALIASES = {"memory": "throughput"}
