@@ -55,7 +55,7 @@ BASE = {
     "output": "jsonb_build_object('ok', true)", "error": "''", "traceback": "''", "failed_step": "''",
     "failure_can_retry": "false", "created_at": "now() - age", "started_at": "now() - age + interval '1 second'",
     "finished_at": "now() - age + interval '4 seconds'", "retried_at": "NULL", "retried_by": "''",
-    "manual_retries": "0", "schedule_id": "NULL", "tick_at": "NULL",
+    "manual_retries": "0", "schedule_id": "NULL", "tick_at": "NULL", "awaited": "false",
     # One procedure in ten reported progress (the list draws a bar for it).
     "progress": "CASE WHEN g %% 10 = 0 THEN jsonb_build_object('done', g %% 100, 'total', 100, 'note', 'rows') END",
     "progress_updated_at": "CASE WHEN g %% 10 = 0 THEN now() - age + interval '3 seconds' END",
@@ -73,6 +73,15 @@ UNFINISHED = {
     "run_at": "now() - interval '5 minutes' + (g %% 600) * interval '1 second'",
     "lease_owner": "CASE WHEN g %% 5 = 3 THEN 'worker-' || (g %% 8) || '@app-1' ELSE '' END",
     "lease_expires_at": "CASE WHEN g %% 5 = 3 THEN now() + interval '20 seconds' END",
+}
+#: Finished in the last 24 hours (the dashboard's charts read these): durations vary by type, one in 20 failed.
+RECENT = {
+    "created_at": "now() - age - (t * 0.5 + (g %% 50) / 10.0 + 1) * interval '1 second'",
+    "run_at": "now() - age - (t * 0.5 + (g %% 50) / 10.0 + 1) * interval '1 second'",
+    "started_at": "now() - age - (t * 0.5 + (g %% 50) / 10.0) * interval '1 second'",
+    "step_started_at": "now() - age - interval '10 milliseconds'",
+    "finished_at": "now() - age",
+    "status": "CASE WHEN g %% 20 = 0 THEN 'failed' ELSE 'done' END",
 }
 #: Runs of the seeded schedules: one a minute, round robin over them, going back as far as the rows reach.
 SCHEDULED = {"schedule_id": "%(first_schedule)s + g %% %(schedules)s", "tick_at": "now() - age"}
@@ -134,7 +143,8 @@ def seed(total: int) -> None:
     trees, per_tree = total // 25, 10  # 4% of rows are roots of trees of 10 children: 40% are children
     children = trees * per_tree
     unfinished, failed = 3_000, total // 16
-    roots = total - children - unfinished - failed - SCHEDULED_RUNS
+    recent = total // 10
+    roots = total - children - unfinished - failed - SCHEDULED_RUNS - recent
     first_schedule = seed_schedules()
     with connection.cursor() as cursor:
         columns = [c.name for c in connection.introspection.get_table_description(cursor, table)]
@@ -147,6 +157,7 @@ def seed(total: int) -> None:
             ("roots, done, 0-400 days old (the first are tree roots)", ("root", roots, spread), {}),
             ("children of those trees, done", ("child", children, spread, CHILD), {"trees": trees}),
             ("failed / rolled back / cancelled", ("failed", failed, spread, FAILED), {}),
+            ("finished in the last 24 hours", ("recent", recent, "random() * interval '24 hours'", RECENT), {}),
             ("unfinished now: ready, retrying, running, waiting", ("open", unfinished,
                                                                    "random() * interval '2 days'", UNFINISHED), {}),
             (f"runs of {SCHEDULES} schedules, done, one a minute", ("sched", SCHEDULED_RUNS, "g * interval '1 minute'",
