@@ -5,6 +5,7 @@ Pure: no Django, no database; :mod:`django_procedures.admin.charts` renders the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -61,14 +62,13 @@ def window_start(now: datetime, window: timedelta, seconds: int) -> datetime:
 
 def nice_ceiling(value: float) -> float:
     """The smallest of 1, 2, 2.5, 5 times a power of ten that is at least ``value`` (1 for nothing)."""
-    if value <= 1:
+    if value <= 0:
         return 1
-    scale = 1.0
-    while True:
-        for step in (1, 2, 2.5, 5):
-            if step * scale >= value:
-                return step * scale
-        scale *= 10
+    scale = 10.0 ** math.floor(math.log10(value))
+    for step in (1, 2, 2.5, 5, 10):
+        if step * scale >= value * (1 - 1e-12):
+            return round(step * scale, 12)
+    return 10 * scale  # pragma: no cover - the loop always returns
 
 
 def columns(buckets: Sequence[Bucket], x0: float, width: float, top: float, height: float,

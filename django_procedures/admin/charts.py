@@ -18,11 +18,12 @@ from django_procedures.admin import svg
 from django_procedures.admin.activity import DEPTH_PARTS
 from django_procedures.admin.chart_layout import Bucket, columns, nice_ceiling, span, stack
 from django_procedures.admin.display import elapsed
+from django_procedures.admin.tree_timeline import round_span
 
 DONE, FAILED = "#1a7f37", "#cf222e"
 DEPTH_COLOURS = {"due": "#5b7083", "later": "#b6c2cf", "running": "#1f6feb", "waiting": "#8250df"}
 DEPTH_WORDS = {"due": "due now", "later": "due later", "running": "running", "waiting": "waiting for children"}
-WIDTH, LEFT, RIGHT = 720, 44, 8
+WIDTH, LEFT, RIGHT = 620, 40, 8
 
 
 def list_url(**query: Any) -> str:
@@ -77,16 +78,18 @@ def throughput_chart(buckets: Sequence[Bucket], seconds: int, label: str, label_
 
 def percentiles_chart(rows: Sequence[dict[str, Any]], chart_id: str) -> str:
     """Per type, a light bar to p95 and a dark one to p50, on one scale; each row links to that type's list."""
-    label_width, row_height, top = 230, 22, 16
-    width = WIDTH - label_width - 150
+    label_width, row_height, top = 210, 22, 16
+    width = WIDTH - label_width - 140
     peak = nice_ceiling(max((r["p95"] or 0 for r in rows), default=0))
-    parts = [svg.tag("text", svg.text(f"0 … {elapsed(peak)}"), x=label_width, y=11, class_="ch-tick")]
+    parts = [svg.tag("text", "0", x=label_width, y=11, class_="ch-tick"),
+             svg.tag("text", svg.text(round_span(peak)), x=label_width + width, y=11, text_anchor="end",
+                     class_="ch-tick")]
     for i, row in enumerate(rows):
         y = top + i * row_height
         p50, p95 = row["p50"] or 0.0, row["p95"] or 0.0
         words = f"{row['type_name']}: p50 {elapsed(p50)}, p95 {elapsed(p95)} over {row['n']} done"
         group = [svg.title(words),
-                 svg.tag("text", svg.text(_short(row["type_name"], 34)), x=4, y=y + 14, class_="ch-label"),
+                 svg.tag("text", svg.text(_short(row["type_name"], 32)), x=4, y=y + 14, class_="ch-label"),
                  svg.empty("rect", x=label_width, y=y + 3, width=max(span(p95, peak, width), 1), height=14,
                            fill="#9ecbff", class_="ch-bar ch-p95"),
                  svg.empty("rect", x=label_width, y=y + 3, width=max(span(p50, peak, width), 1), height=14,

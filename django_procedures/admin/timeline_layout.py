@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 ATTEMPT_KINDS = frozenset({"done", "failed", "lost", "running"})
 GAP_KINDS = frozenset({"queued", "retry", "waiting"})
 #: A bar never narrower than this (px), so a 3 ms step is still visible and clickable.
-MIN_BAR = 2.0
+MIN_BAR = 3.0
 
 
 @dataclass(frozen=True)

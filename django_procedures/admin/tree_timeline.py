@@ -20,6 +20,7 @@ from django_procedures.admin import svg
 from django_procedures.admin.display import elapsed
 from django_procedures.admin.reads import Node, Tree
 from django_procedures.admin.timeline_layout import ATTEMPT_KINDS, Attempt, Lane, Member, lay_out, ticks
+from django_procedures.admin.why import duration
 from django_procedures.models import ProcedureRun, Step
 
 #: Most members drawn; the rest are counted and linked to the list.
@@ -115,6 +116,16 @@ def tree_timeline(tree: Tree, current_id: Any, now: datetime) -> TreeTimeline | 
     return TreeTimeline(render(axis, lanes, now), lanes, hidden, capped, root_id)
 
 
+def round_span(seconds: float) -> str:
+    """A tick's offset: ``"5s"`` rather than ``"5.0s"`` where it is whole."""
+    return duration(seconds) if seconds >= 1 and float(seconds).is_integer() else elapsed(seconds)
+
+
+def status_words(status: str) -> str:
+    """As the status filter and chips say it: ``rolling back``, not ``rolling_back``."""
+    return status.replace("_", " ")
+
+
 def href(member: Member) -> str:
     return reverse("admin:django_procedures_procedurerun_change", args=[member.key])
 
@@ -140,7 +151,7 @@ def render(axis: Any, lanes: list[Lane], now: datetime) -> str:
     parts = []
     for x, offset in ticks(axis):
         parts.append(svg.empty("line", x1=x, x2=x, y1=AXIS_HEIGHT - 4, y2=height - LEGEND_HEIGHT, class_="tl-grid"))
-        parts.append(svg.tag("text", svg.text("+" + elapsed(offset) if offset else _clock(axis.start)), x=x,
+        parts.append(svg.tag("text", svg.text("+" + round_span(offset) if offset else _clock(axis.start)), x=x,
                              y=AXIS_HEIGHT - 8, class_="tl-tick"))
     for row, lane in enumerate(lanes):
         member, y = lane.member, AXIS_HEIGHT + row * LANE_HEIGHT
@@ -150,7 +161,7 @@ def render(axis: Any, lanes: list[Lane], now: datetime) -> str:
                                    class_="tl-current-lane"))
         label = svg.tag("text", svg.text(member.label), x=4 + 10 * min(member.depth, 8), y=y + 14,
                         class_="tl-label tl-current" if member.current else "tl-label")
-        parts.append(svg.tag("a", svg.title(f"{member.label} ({member.status})"), label, href=link))
+        parts.append(svg.tag("a", svg.title(f"{member.label} ({status_words(member.status)})"), label, href=link))
         for placed in lane.placed:
             seg = placed.segment
             words = describe(member, seg.kind, seg.start, seg.end, seg.attempt)
@@ -183,7 +194,7 @@ def legend(y: float) -> str:
 def text_version(timeline: TreeTimeline) -> list[dict[str, Any]]:
     """The same picture as lines of text (for screen readers, and for copying): one entry per member."""
     return [{"label": lane.member.label, "href": href(lane.member), "depth": lane.member.depth,
-             "status": lane.member.status,
+             "status": status_words(lane.member.status),
              "segments": [describe(lane.member, p.segment.kind, p.segment.start, p.segment.end, p.segment.attempt)
                           .removeprefix(lane.member.label + " · ") for p in lane.placed]}
             for lane in timeline.lanes]

@@ -53,7 +53,8 @@ def test_buckets_are_filled_oldest_first_with_zeros_and_end_with_the_current_one
     assert bucket_start(NOW, 900) == datetime(2026, 12, 1, 10, 30, tzinfo=UTC)
 
 
-@pytest.mark.parametrize(("value", "ceiling"), [(0, 1), (1, 1), (3, 5), (7, 10), (11, 20), (21, 25), (2600, 5000)])
+@pytest.mark.parametrize(("value", "ceiling"), [(0, 1), (1, 1), (3, 5), (7, 10), (11, 20), (21, 25), (2600, 5000),
+                                                     (0.078, 0.1), (0.3, 0.5)])
 def test_scales_round_up_to_a_readable_maximum(value, ceiling):
     assert nice_ceiling(value) == ceiling
 
