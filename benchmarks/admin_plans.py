@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         client = Client()
         client.force_login(user)
         base = "/admin/django_procedures/procedurerun/"
-        child = ProcedureRun.objects.filter(depth=1).order_by("-created_at").values_list("id", flat=True).first()
+        child, root = ProcedureRun.objects.filter(depth=1).order_by("-created_at").values_list("id", "root_id").first()
         some_id = ProcedureRun.objects.order_by("created_at").values_list("id", flat=True)[500]
         key = ProcedureRun.objects.filter(key__isnull=False).values_list("key", flat=True).first()
         schedule = Schedule.objects.order_by("id").values_list("id", flat=True)[1]
@@ -293,10 +293,12 @@ def main(argv: list[str] | None = None) -> int:
             ("search, common error words", f"{base}?q=card+was+declined"),
             ("search, words found nowhere", f"{base}?q=zebra+crossing"),
             ("procedure page, a child in a tree of 11", f"{base}{child}/change/"),
+            ("procedure page, the root of a tree of 11 (its timeline)", f"{base}{root}/change/"),
             ("list, one schedule's runs (newest first)", f"{base}?schedule__id__exact={schedule}"),
             ("list, one schedule's failed runs", f"{base}?schedule__id__exact={schedule}&status__exact=failed"),
             ("list, not started by a schedule", f"{base}?schedule__isnull=True"),
-            ("dashboard", f"{base}dashboard/"),
+            ("dashboard (with its charts: finished per minute and per 15 minutes, percentiles, queue depth)",
+             f"{base}dashboard/"),
             ("schedules list", "/admin/django_procedures/schedule/"),
             ("schedule page (with its recent runs)", f"/admin/django_procedures/schedule/{schedule}/change/"),
             ("workers list", "/admin/django_procedures/worker/"),

@@ -74,8 +74,8 @@ def finished_per_bucket(since: datetime, until: datetime, seconds: int) -> dict[
     rows = (ProcedureRun.objects.filter(finished_at__gte=since, finished_at__lt=until,
                                         status__in=(RunStatus.DONE, *FAILED))
             .annotate(bucket=DateBin(seconds, F("finished_at"))).order_by().values("bucket")
-            .annotate(done=Count("id", filter=Q(status=RunStatus.DONE)),
-                      failed=Count("id", filter=Q(status__in=FAILED)))
+            .annotate(done=Count("status", filter=Q(status=RunStatus.DONE)),
+                      failed=Count("status", filter=Q(status__in=FAILED)))
             .values_list("bucket", "done", "failed"))
     return {bucket: (done, failed) for bucket, done, failed in rows}
 
@@ -99,7 +99,7 @@ def duration_percentiles(since: datetime, until: datetime, limit: int = 12) -> l
                                        started_at__isnull=False).order_by()
     if connection.vendor == "postgresql":
         took = EpochSeconds(F("finished_at"), F("started_at"))
-        return list(done.values("type_name").annotate(n=Count("id"), p50=PercentileCont(took, 0.5),
+        return list(done.values("type_name").annotate(n=Count("*"), p50=PercentileCont(took, 0.5),
                                                       p95=PercentileCont(took, 0.95))
                     .order_by("-n", "type_name")[:limit])
     busiest = list(done.values("type_name").annotate(n=Count("id")).order_by("-n", "type_name")[:limit])

@@ -148,3 +148,16 @@ def test_a_chart_link_lists_what_finished_in_that_bucket(operator_client):
              if a.find("s:rect", NS).get("data-bucket") == bucket_start(now - timedelta(minutes=3), 60).isoformat()]
     html = operator_client.get(links[0]).content.decode()
     assert str(inside.id)[:8] in html and str(outside.id)[:8] not in html
+
+
+@pytest.mark.django_db
+def test_each_part_of_the_depth_chart_links_to_its_queue():
+    ThreeSteps.submit({}, queue="emails")
+    running = ThreeSteps.submit({}, queue="emails")
+    ProcedureRun._writer.filter(id=running.id).update(status="running")
+    chart = ET.fromstring(str(charts_panel(timezone.now())["depth"]["svg"]))
+    links = {a.find("s:rect", NS).get("class"): a.get("href") for a in chart.iterfind("s:a", NS)}
+    assert links == {"ch-bar ch-due": changelist_url("queue=emails"),
+                     "ch-bar ch-running": changelist_url("queue=emails&status__exact=running")}
+    assert [t.text for t in chart.iterfind("s:a/s:rect/s:title", NS)] == ["queue emails: 1 due now",
+                                                                           "queue emails: 1 running"]

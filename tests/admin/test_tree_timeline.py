@@ -11,7 +11,7 @@ from django.utils import timezone
 from django_procedures.admin import reads, svg, tree_timeline
 from django_procedures.models import ProcedureRun
 from django_procedures.testing import drain
-from testproject.testapp.procedures import Flaky, Parent, TolerantParent
+from testproject.testapp.procedures import Compensated, Flaky, Parent, TolerantParent
 from tests.admin.helpers import changelist_url, page_url
 
 pytestmark = pytest.mark.django_db
@@ -130,3 +130,22 @@ def test_svg_text_and_attributes_are_escaped():
     markup = svg.tag("text", svg.text("<b>&"), title_='a"<', class_="x")
     assert markup == '<text title="a&quot;&lt;" class="x">&lt;b&gt;&amp;</text>'
     ET.fromstring(str(svg.svg(10, 10, "a <label>", markup)))
+
+
+def test_only_the_latest_attempts_of_a_member_are_read():
+    handle = Flaky.submit({"fail_times": 2})
+    t0 = timezone.now() + timedelta(seconds=1)
+    for seconds in (0, 10, 30):
+        drain(now=t0 + timedelta(seconds=seconds))
+    assert ProcedureRun.objects.get(id=handle.id).status == "done"
+    attempts = tree_timeline.attempts_of([handle.id], per_member=2)[handle.id]
+    assert sorted((a.name, a.attempt, a.status) for a in attempts) == [("work", 2, "failed"), ("work", 3, "done")]
+    assert len(tree_timeline.attempts_of([handle.id])[handle.id]) == 4
+
+
+def test_a_rolled_back_member_reads_rolled_back_in_words(operator_client):
+    handle = Compensated.submit({})
+    drain()
+    assert ProcedureRun.objects.get(id=handle.id).status == "rolled_back"
+    response = operator_client.get(page_url(handle.id))
+    assert response.context["timeline_text"][0]["status"] == "rolled back"
