@@ -102,6 +102,19 @@ LEASE_SQL = """
     FROM {run} WHERE started_at IS NOT NULL
 """
 
+#: Step attempts of the trees' members (the procedure page's tree timeline reads them): a done step for
+#: each, and before it a failed attempt for every third child.
+STEP_SQL = """
+    INSERT INTO {step} (procedure_id, index, name, attempt, status, lease_token, started_at, finished_at, error, state)
+    SELECT r.id, 0, 'call_upstream', a.n, CASE WHEN a.n = 2 OR r.depth = 0 OR abs(hashtext(r.id::text)) %% 3 > 0
+                                              THEN 'done' ELSE 'failed' END, 1,
+           r.started_at + (a.n - 1) * interval '1 second', r.started_at + (a.n - 1) * interval '1 second'
+           + interval '500 milliseconds', '', NULL
+    FROM {run} AS r CROSS JOIN (VALUES (1), (2)) AS a(n)
+    WHERE (r.depth = 1 OR r.id IN (SELECT DISTINCT root_id FROM {run} WHERE root_id IS NOT NULL))
+      AND r.started_at IS NOT NULL AND (a.n = 1 OR (r.depth = 1 AND abs(hashtext(r.id::text)) %% 3 = 0))
+"""
+
 
 def insert(cursor: Any, table: str, columns: list[str], kind: str, n: int, age: str, *overrides: dict[str, str],
            trees: int = 1, first_schedule: int = 0) -> None:
@@ -137,7 +150,7 @@ def seed_schedules() -> int:
 def seed(total: int) -> None:
     from django.db import connection
 
-    from django_procedures.models import Lease, ProcedureRun
+    from django_procedures.models import Lease, ProcedureRun, Step
 
     table, lease = ProcedureRun._meta.db_table, Lease._meta.db_table
     trees, per_tree = total // 25, 10  # 4% of rows are roots of trees of 10 children: 40% are children
@@ -169,6 +182,10 @@ def seed(total: int) -> None:
         started = time.perf_counter()
         cursor.execute(LEASE_SQL.format(lease=lease, run=table), {})
         print(f"  seeded {cursor.rowcount:>9,} leases in {time.perf_counter() - started:.1f}s")
+        started = time.perf_counter()
+        cursor.execute(STEP_SQL.format(step=Step._meta.db_table, run=table), {})
+        print(f"  seeded {cursor.rowcount:>9,} step attempts of the trees' members in "
+              f"{time.perf_counter() - started:.1f}s")
         cursor.execute("VACUUM ANALYZE")
         cursor.execute(f"SELECT status, count(*) FROM {table} GROUP BY 1 ORDER BY 2 DESC")
         print("  rows by status: " + ", ".join(f"{s}={n:,}" for s, n in cursor.fetchall()))

@@ -48,7 +48,7 @@ def throughput_chart(buckets: Sequence[Bucket], seconds: int, label: str, label_
     total_height = top + height + 24
     peak, placed = columns(buckets, LEFT, WIDTH - LEFT - RIGHT, top, height)
     parts = []
-    for value in (0, peak / 2, peak):
+    for value in (0, peak / 2, peak) if (peak / 2).is_integer() else (0, peak):  # counts: whole numbers only
         y = round(top + height - height * value / peak, 2)
         parts.append(svg.empty("line", x1=LEFT, x2=WIDTH - RIGHT, y1=y, y2=y, class_="ch-grid"))
         parts.append(svg.tag("text", svg.text(f"{value:g}"), x=LEFT - 6, y=y + 3, text_anchor="end", class_="ch-tick"))
