@@ -161,3 +161,12 @@ def test_each_part_of_the_depth_chart_links_to_its_queue():
                      "ch-bar ch-running": changelist_url("queue=emails&status__exact=running")}
     assert [t.text for t in chart.iterfind("s:a/s:rect/s:title", NS)] == ["queue emails: 1 due now",
                                                                            "queue emails: 1 running"]
+
+
+@pytest.mark.django_db
+def test_percentiles_are_computed_from_the_latest_done_in_the_window():
+    t = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+    for n in range(1, 7):  # the later, the slower
+        finished(ThreeSteps, "done", t + timedelta(minutes=n), took=float(n))
+    (row,) = duration_percentiles(t, t + timedelta(hours=1), sample=3)
+    assert row["n"] == 3 and row["p50"] == pytest.approx(5.0)
