@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 from django.urls import reverse
 from django.utils import timezone
 
-from django_procedures.admin import svg
+import django_procedures.admin.svg as svg
 from django_procedures.admin.activity import DEPTH_PARTS
 from django_procedures.admin.chart_layout import Bucket, columns, nice_ceiling, span, stack
 from django_procedures.admin.display import elapsed

@@ -16,7 +16,7 @@ from django.db.models.functions import RowNumber
 from django.urls import reverse
 from django.utils import timezone
 
-from django_procedures.admin import svg
+import django_procedures.admin.svg as svg
 from django_procedures.admin.display import elapsed
 from django_procedures.admin.reads import Node, Tree
 from django_procedures.admin.timeline_layout import ATTEMPT_KINDS, Attempt, Lane, Member, lay_out, ticks
