@@ -13,9 +13,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from django_procedures import Procedure, step
 from django_procedures.models import ProcedureRun
 from django_procedures.runtime import observe, tracing
 from django_procedures.runtime.worker import Worker, WorkerOptions
+from django_procedures.testing import isolated_registry
 from testproject.testapp import tasks
 from testproject.testapp.procedures import Parent, Refuses, ThreeSteps
 
@@ -100,6 +102,24 @@ def test_children_submitted_by_a_step_are_spans_under_their_parents_claim(export
     assert len(leaves) == 2 and {s.parent.span_id for s in leaves} == {first.context.span_id}
 
 
+def test_spans_a_step_starts_are_children_of_its_claim_span(exported):
+    with isolated_registry():
+
+        class ChargesACard(Procedure):
+            type_name = "tests.ChargesACard"
+
+            @step
+            def charge(self, ctx):
+                with trace.get_tracer("the application").start_as_current_span("POST /charges"):
+                    pass
+
+        ChargesACard.submit({})
+        run_worker()
+
+    spans = by_name(exported)
+    assert spans["POST /charges"].parent.span_id == spans["claim tests.ChargesACard"].context.span_id
+
+
 def test_a_procedure_submitted_outside_any_span_starts_a_trace_of_its_own(exported):
     handle = ThreeSteps.submit({})
     assert ProcedureRun.objects.get(id=handle.id).trace_context is None
@@ -150,3 +170,9 @@ def test_without_a_tracer_provider_the_worker_does_no_tracing_work(monkeypatch, 
     assert ProcedureRun.objects.get(id=handle.id).trace_context is None
     assert emitted == [] and observe.observers == []
     assert len(looked_up) == submitted_lookups  # the worker never asked OpenTelemetry for anything
+
+
+def test_tracing_true_without_a_tracer_provider_says_so_when_the_worker_starts(settings, caplog):
+    settings.PROCEDURES = {**QUIET, "TRACING": True}
+    assert tracing.tracer_provider() is None
+    assert "no OpenTelemetry tracer provider is set" in caplog.text
