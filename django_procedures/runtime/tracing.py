@@ -92,8 +92,9 @@ class Tracing:
         self._context, self._trace = context, trace
         self.tracer = provider.get_tracer(SCOPE, __version__)
         self._lock = threading.Lock()
-        #: (procedure id, lease token) -> (claim span, the token that made it current on its thread).
-        self._claims: dict[tuple[Any, int], tuple[Any, Any]] = {}
+        #: (procedure id, lease token) -> (claim span, the token that made it current on its thread, the
+        #: context its step spans start in).
+        self._claims: dict[tuple[Any, int], tuple[Any, Any, Any]] = {}
 
     def _attributes(self, claim: Any) -> dict[str, Any]:
         return {"procedures.type": claim.type_name, "procedures.id": str(claim.id),
@@ -107,15 +108,15 @@ class Tracing:
             attributes={**self._attributes(claim), "procedures.step": claim.step_name,
                         "procedures.attempt": claim.attempt})
         # Current on this thread while the claim runs: spans the steps start are its children.
-        token = self._context.attach(self._trace.set_span_in_context(span))
+        current = self._trace.set_span_in_context(span)
+        token = self._context.attach(current)
         with self._lock:
-            self._claims[(claim.id, claim.lease_token)] = (span, token)
+            self._claims[(claim.id, claim.lease_token)] = (span, token, current)
 
     def step_ended(self, claim: Any, record: Any, outcome: str, error: BaseException | None) -> None:
         with self._lock:
             entry = self._claims.get((claim.id, claim.lease_token))
-        parent = (self._trace.set_span_in_context(entry[0]) if entry is not None
-                  else parent_of(claim.trace_context) or self._context.Context())
+        parent = entry[2] if entry is not None else parent_of(claim.trace_context) or self._context.Context()
         span = self.tracer.start_span(
             f"step {claim.type_name}.{record.name}", context=parent, start_time=_ns(record.started_at),
             attributes={**self._attributes(claim), "procedures.step": record.name,
@@ -130,7 +131,7 @@ class Tracing:
             entry = self._claims.pop((claim.id, claim.lease_token), None)
         if entry is None:
             return
-        span, token = entry
+        span, token, _ = entry
         span.set_attribute("procedures.outcome", value)
         if value in ERROR_OUTCOMES:
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, f"the procedure {value}"))
