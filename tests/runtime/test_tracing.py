@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from django_procedures import Procedure, step
+from django_procedures import Procedure, RetryPolicy, step
 from django_procedures.models import ProcedureRun
 from django_procedures.runtime import observe, tracing
 from django_procedures.runtime.worker import Worker, WorkerOptions
@@ -118,6 +118,32 @@ def test_spans_a_step_starts_are_children_of_its_claim_span(exported):
 
     spans = by_name(exported)
     assert spans["POST /charges"].parent.span_id == spans["claim tests.ChargesACard"].context.span_id
+
+
+def test_each_claim_of_a_retried_procedure_is_a_child_of_the_submitters_span(exported):
+    with isolated_registry():
+
+        class FailsOnce(Procedure):
+            type_name = "tests.FailsOnce"
+            retry = RetryPolicy(max_attempts=2, initial_delay=0.0, jitter=0.0)
+
+            @step
+            def work(self, ctx):
+                if ctx.attempt == 1:
+                    raise RuntimeError("the first attempt fails")
+
+        with exported.tracer.start_as_current_span("request") as request:
+            FailsOnce.submit({})
+        run_worker()
+
+    spans = exported.get_finished_spans()
+    claims = sorted((s for s in spans if s.name == "claim tests.FailsOnce"), key=lambda s: s.start_time)
+    assert [(c.attributes["procedures.attempt"], c.attributes["procedures.outcome"], c.parent.span_id)
+            for c in claims] == [(1, "retried", request.get_span_context().span_id),
+                                 (2, "completed", request.get_span_context().span_id)]
+    steps = sorted((s for s in spans if s.name == "step tests.FailsOnce.work"), key=lambda s: s.start_time)
+    assert [(s.attributes["procedures.attempt"], s.attributes["procedures.outcome"], s.parent.span_id)
+            for s in steps] == [(1, "failed", claims[0].context.span_id), (2, "done", claims[1].context.span_id)]
 
 
 def test_a_procedure_submitted_outside_any_span_starts_a_trace_of_its_own(exported):
