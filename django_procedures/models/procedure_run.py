@@ -116,6 +116,9 @@ class ProcedureRun(StoreWritten):
     # throttled), and when, on the recorded clock.
     progress = models.JSONField(null=True, blank=True)
     progress_updated_at = models.DateTimeField(null=True, blank=True)
+    # The W3C trace context (``{"traceparent": ..., "tracestate": ...}``) of the span current at submit, when
+    # OpenTelemetry is in use; the worker's claim spans are its children (see runtime/tracing.py).
+    trace_context = models.JSONField(null=True, blank=True)
 
     objects = ProcedureRunQuerySet.as_manager()
     _writer = _WritableRunQuerySet.as_manager()  # the store's door; see models/readonly.py
