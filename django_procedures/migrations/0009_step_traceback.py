@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_procedures', '0006_worker_registry_and_progress'),
+        ('django_procedures', '0008_index_finished_at_for_charts'),
     ]
 
     operations = [
