@@ -19,6 +19,7 @@ import stat
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ def run_peer(peer: str, scenarios: list[str], n: int, reps: int, *, host: str = 
     if reps < 1 or n < 1 or not scenarios:
         raise ValueError("run_peer needs at least one scenario, n >= 1 and reps >= 1")
     home = harness_copy()
-    tag = f"dp{os.getpid()}-{int(time.time())}-"
+    tag = f"dp-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:8]}-"  # this call's records, and only them
     env = {**os.environ, "BENCH_PGHOST": host, "BENCH_PGUSER": user, "PYTHONUNBUFFERED": "1"}
     for name in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "VIRTUAL_ENV", "PYTHONPATH"):
         env.pop(name, None)  # ours, not the harness's
@@ -86,7 +87,7 @@ def run_peer(peer: str, scenarios: list[str], n: int, reps: int, *, host: str = 
             if record.get("tag") == tag and record.get("peer") == peer and record.get("scenario") in found:
                 found[record["scenario"]].append(record["result"])
                 meta = record.get("meta", meta)
-    missing = [name for name, results in found.items() if len(results) != reps]
-    if missing:
-        raise BenchmarkError(f"the peer harness recorded no result for {peer} {', '.join(missing)}")
+    wrong = {name: len(results) for name, results in found.items() if len(results) != reps}
+    if wrong:
+        raise BenchmarkError(f"the peer harness recorded {wrong} results of {peer}'s scenarios, not {reps} each")
     return {"peer": peer, "scenarios": found, "meta": meta}
