@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -136,4 +138,25 @@ def test_a_retention_that_is_not_a_positive_duration_is_an_error(value, message)
 @pytest.mark.parametrize("value", [None, "30d", 3600, "1d12h"])
 def test_retention_accepts_a_duration_or_none(value):
     with override_settings(PROCEDURES={"RETENTION": value}):
+        assert [e for e in check_settings() if e.level >= 40] == []
+
+
+@pytest.mark.parametrize("value", ["yes", 1, "off"])
+def test_tracing_must_be_none_true_or_false(value):
+    with override_settings(PROCEDURES={"TRACING": value}):
+        (error,) = check_settings()
+    assert error.id == "django_procedures.E015" and "must be None, True or False" in error.msg
+
+
+def test_tracing_asked_for_without_opentelemetry_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "opentelemetry.trace", None)  # as if opentelemetry-api were not installed
+    with override_settings(PROCEDURES={"TRACING": True}):
+        (error,) = check_settings()
+    assert error.id == "django_procedures.E016"
+    assert "django-procedures[otel]" in error.hint
+
+
+@pytest.mark.parametrize("value", [None, True, False])
+def test_tracing_accepts_none_true_and_false_when_opentelemetry_is_installed(value):
+    with override_settings(PROCEDURES={"TRACING": value}):
         assert [e for e in check_settings() if e.level >= 40] == []

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
+from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from django_procedures.models import KeyRequest, Lease, ProcedureRun, Step
@@ -136,7 +137,7 @@ def _prune_batch_portable(older_than: datetime, statuses: Sequence[str] | None, 
     return PruneBatch(len(roots), procedures, steps, leases)
 
 
-def _delete(model: type, column: str, ids: list) -> int:
+def _delete(model: type[models.Model], column: str, ids: list[Any]) -> int:
     """A plain DELETE: the cascade is done here, not by loading every row into Python."""
     total = 0
     for start in range(0, len(ids), 500):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 
@@ -185,7 +186,7 @@ def write_ticked(schedules: list[Schedule]) -> None:
     if not is_postgresql():
         Schedule._writer.bulk_update(schedules, TICKED)
         return
-    fields = [Schedule._meta.pk, *(Schedule._meta.get_field(name) for name in TICKED)]
+    fields: list[Any] = [Schedule._meta.pk, *(Schedule._meta.get_field(name) for name in TICKED)]  # columns
     select, params = json_rows(fields, schedules)
     quote = connection.ops.quote_name
     columns = [quote(f.column) for f in fields]

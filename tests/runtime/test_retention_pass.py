@@ -122,6 +122,7 @@ def test_the_documented_pace_of_the_pass():
 
     from django_procedures.runtime.worker import Worker as WorkerLoop
 
-    loop = SimpleNamespace(options=SimpleNamespace(with_scheduler=False), _log_stats=lambda *args: None)
+    config = SimpleNamespace(sweep_seconds=5.0, stats_seconds=60.0, tick_seconds=1.0, with_scheduler=False)
+    loop = SimpleNamespace(config=config, _log_stats=lambda *args: None)
     chore = {c.name: c for c in WorkerLoop._chores(loop)}["retention"]
     assert (chore.run, chore.interval, chore.first_run) == (retention.prune_pass, 60.0, True)

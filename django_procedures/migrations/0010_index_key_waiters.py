@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_procedures', '0006_worker_registry_and_progress'),
+        ('django_procedures', '0009_step_traceback'),
     ]
 
     operations = [
