@@ -3,6 +3,12 @@
     python -m benchmarks.run [--quick] [--only NAME[,NAME]] [--runs N] [--threads N]
                              [--database-url postgres://user@host:port/any] [--results PATH]
                              [--profile DIR] [--update-docs] [--keep-logs]
+    python -m benchmarks.run --peers [--peers-n N] [--runs N] [...]
+
+``--peers`` runs the comparison with the peers instead (``benchmarks.compare``):
+our workers and Procrastinate's and DBOS's, interleaved, on the same server,
+through the peer harness in ``../shared/peers`` (installed into ``var/peers``
+with its own virtualenv the first time).
 
 Every run of every benchmark creates its own database on that server (named
 ``bench_<pid>_...``) and drops it afterwards; the database named in the URL is
@@ -27,6 +33,7 @@ import time
 import traceback
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from benchmarks.harness import DEFAULT_URL, ROOT, Databases, Server, median
 
@@ -34,7 +41,8 @@ from benchmarks.harness import DEFAULT_URL, ROOT, Databases, Server, median
 DEFAULT_THREADS = 4
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 DOCS = ROOT / "docs" / "performance.md"
-DOCS_START, DOCS_END = "<!-- results:start -->", "<!-- results:end -->"
+RESULTS_MARKS = ("<!-- results:start -->", "<!-- results:end -->")
+PEERS_MARKS = ("<!-- peers:start -->", "<!-- peers:end -->")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -56,6 +64,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="attach py-spy to every worker and write raw (collapsed) stacks into this directory")
     parser.add_argument("--update-docs", action="store_true", help=f"put the table into {DOCS.relative_to(ROOT)}")
     parser.add_argument("--keep-logs", action="store_true", help="keep the workers' log files")
+    parser.add_argument("--peers", action="store_true",
+                        help="compare with Procrastinate and DBOS (interleaved runs, paired ratios) instead")
+    parser.add_argument("--peers-n", type=int, default=None,
+                        help="jobs per drain in --peers (default 5000; 200 with --quick)")
     parser.add_argument("--size", action="append", default=[], metavar="NAME=VALUE",
                         help="override one size of the chosen set, e.g. --size throughput=5000 (names: the "
                              "fields of benchmarks.suite.Sizes); for profiling, not for the recorded figures")
@@ -69,6 +81,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.runs = 1 if args.quick else 3
     if args.runs < 1 or args.threads < 1:
         parser.error("--runs and --threads must be at least 1")
+    if args.peers_n is None:
+        args.peers_n = 200 if args.quick else 5000
+    if args.peers_n < 10:
+        parser.error(f"--peers-n must be at least 10 (ten-step jobs take N/10); got {args.peers_n}")
+    if args.peers:
+        args.selected = ["peers"]
     args.sizes = {}
     for item in args.size:
         name, _, value = item.partition("=")
@@ -152,6 +170,8 @@ def entry(args: argparse.Namespace, info: dict[str, str], started: str, before: 
           activity: str, body: str, raw: str, elapsed: float, progress: list[str]) -> str:
     command = "python -m benchmarks.run" + "".join(f" {shlex.quote(a)}" for a in sys.argv[1:])
     mode = "quick (tiny sizes: figures are meaningless)" if args.quick else "full sizes"
+    if args.peers:
+        mode = f"beside the peers, N = {args.peers_n:,}" + (" (quick: figures are meaningless)" if args.quick else "")
     if args.sizes:
         mode += " except " + ", ".join(f"{k}={v}" for k, v in args.sizes.items())
     return "\n".join([
@@ -186,11 +206,26 @@ def append_results(path: Path, text: str) -> None:
         f.write(text + "\n")
 
 
-def update_docs(text: str) -> None:
+def update_docs(text: str, marks: tuple[str, str] = RESULTS_MARKS) -> None:
+    start, end = marks
     doc = DOCS.read_text()
-    head, rest = doc.split(DOCS_START, 1)
-    _, tail = rest.split(DOCS_END, 1)
-    DOCS.write_text(f"{head}{DOCS_START}\n{text}\n{DOCS_END}{tail}")
+    head, rest = doc.split(start, 1)
+    _, tail = rest.split(end, 1)
+    DOCS.write_text(f"{head}{start}\n{text}\n{end}{tail}")
+
+
+def _peers(ctx: Any, args: argparse.Namespace, say: Any) -> tuple[str, str, bool]:
+    """The peer comparison: (table, per-run lines, failed)."""
+    from benchmarks import compare
+
+    say(f"peers: ours, {', '.join(sorted({c.peer for c in compare.COMPARISONS}))}; N = {args.peers_n:,}")
+    try:
+        pairs = compare.compare(ctx, args.peers_n)
+    except Exception as error:
+        say(f"  peers FAILED: {error}")
+        traceback.print_exc()
+        return f"peers comparison failed: {str(error).splitlines()[0][:200]}", "", True
+    return compare.table(pairs, args.peers_n, args.threads), compare.raw(pairs), False
 
 
 # --------------------------------------------------------------------------- main
@@ -225,8 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     metrics: list[Metric] = []
     failed = False
+    body = raw = ""
     try:
-        for name in args.selected:
+        if args.peers:
+            body, raw, failed = _peers(ctx, args, say)
+        for name in [] if args.peers else args.selected:
             say(f"{name}:")
             try:
                 metrics += BENCHMARKS[name](ctx)
@@ -238,14 +276,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         databases.drop_all()
     elapsed = time.monotonic() - t0
-    body = table(metrics)
+    if not args.peers:
+        body, raw = table(metrics), raw_values(metrics)
     print()
     print(body)
-    text = entry(args, info, started, before, machine(), activity, body, raw_values(metrics), elapsed, progress)
+    text = entry(args, info, started, before, machine(), activity, body, raw, elapsed, progress)
     append_results(args.results, text)
     print(f"\nappended to {args.results}")
     if args.update_docs:
-        update_docs(text)
+        update_docs(text, PEERS_MARKS if args.peers else RESULTS_MARKS)
         print(f"updated {DOCS}")
     if failed or args.keep_logs:
         print(f"worker logs: {log_dir}")
