@@ -15,6 +15,7 @@ what the decision changed).
 from __future__ import annotations
 
 import functools
+import json
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -28,7 +29,6 @@ from django_procedures.conf import conf
 from django_procedures.exceptions import UnknownProcedureType
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.policy.schedule import TickDecision
-from django_procedures.policy.state import dumps
 from django_procedures.store.db import is_postgresql
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
@@ -72,7 +72,7 @@ def write_back(ticked: Sequence[Ticked], now: datetime) -> None:
             "last_error = '', last_error_at = NULL "
             "FROM jsonb_to_recordset(%(records)s::jsonb) AS v(id bigint, started integer, pending jsonb, "
             "skips integer, o integer, next timestamptz, drift bigint) WHERE s.id = v.id",
-            {"now": now, "records": dumps(records)})
+            {"now": now, "records": json.dumps(records)})
 
 
 def _drift_ms(decision: TickDecision) -> int:
@@ -122,7 +122,7 @@ def insert_runs(wanted: Sequence[Wanted], now: datetime) -> Counter[int]:
                 "k": w.lock_keys} for w in wanted for tick_at in w.ticks]
     sql, constants = _statement()
     with connection.cursor() as cursor:
-        cursor.execute(sql, {**constants, "now": now, "records": dumps(records)})
+        cursor.execute(sql, {**constants, "now": now, "records": json.dumps(records)})  # no floats: plain JSON
         inserted = cursor.fetchall()
     started: Counter[int] = Counter(schedule_id for schedule_id, _, _, _ in inserted)
     notify({queue for _, queue, _, _ in inserted})

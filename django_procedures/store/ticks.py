@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -11,7 +12,7 @@ from django.db.models.base import ModelState
 
 from django_procedures import clock
 from django_procedures.models import Schedule
-from django_procedures.policy.schedule import TickDecision, decide_tick
+from django_procedures.policy.schedule import ScheduleSettings, TickDecision, decide_tick
 from django_procedures.store import broken, overdue
 from django_procedures.store.db import is_conflict, is_disconnect, is_postgresql
 from django_procedures.store.tick_runs import Ticked, Wanted, declares_lock_keys, insert_runs, wanted, write_back
@@ -70,11 +71,10 @@ def tick(now: datetime | None = None, *, batch_size: int = 1000) -> TickReport:
                 return report
 
 
-#: The columns a pass reads: what the decision, the runs and the write-back need (not the state, which the
-#: runs' INSERT copies in the database, nor the metrics that finishing runs keep).
+#: The columns a pass reads: what the decision and the runs need, and what recording an error shows (not
+#: the state, which the runs' INSERT copies in the database, nor the counts, which the UPDATE adds to).
 _READ = ("id", "name", "procedure", "mode", "period", "cron", "timezone", "max_concurrency", "missed", "max_pending",
-         "queue", "next_tick_at", "pending_ticks", "active_runs", "skips", "overlaps", "last_tick_at",
-         "last_drift_ms", "last_error", "last_error_at")
+         "queue", "next_tick_at", "pending_ticks", "active_runs", "last_error")
 
 
 def _lock_due(moment: datetime, stuck: set[int], limit: int) -> list[Schedule]:
@@ -107,6 +107,10 @@ def _with_states(due: list[Schedule]) -> None:
             s.state = states[s.id]
 
 
+#: One settings object per distinct combination: a pass over thousands of schedules has a handful.
+_settings = functools.lru_cache(maxsize=64)(ScheduleSettings)
+
+
 @dataclass
 class _Planned:
     schedule: Schedule
@@ -126,7 +130,8 @@ def _tick_batch(due: list[Schedule], now: datetime, report: TickReport) -> list[
     _with_states(due)
     for s in due:
         try:
-            decision = decide_tick(s.settings, now=now, next_tick_at=s.next_tick_at, active=s.active_runs,
+            settings = _settings(s.mode, s.max_concurrency, s.missed, s.max_pending)
+            decision = decide_tick(settings, now=now, next_tick_at=s.next_tick_at, active=s.active_runs,
                                    pending=s.pending(), next_tick=s.cadence())
             runs = wanted(s, decision.start)
         except Exception as error:  # this schedule's definition, not the pass: the others go on
