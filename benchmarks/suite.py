@@ -98,6 +98,18 @@ def submit(cls: Any, states: Sequence[dict[str, Any]]) -> None:
             cls.submit_many(states[start:start + SUBMIT_CHUNK])
 
 
+def checkpoint() -> None:
+    """Flush what setting up wrote (a copied template, the submitted rows) before a drain is timed.
+
+    Otherwise the checkpoint that WAL sets off can land in the middle of one drain of a pair and not
+    the other (the backlog's 1.1-million-row template is a gigabyte); the peers' harness does the same.
+    """
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("CHECKPOINT")
+
+
 def _now() -> Any:
     from django.utils import timezone
 
@@ -125,6 +137,7 @@ def drain_noops(ctx: Context, label: str, n: int, workers: int, template: str | 
     with ctx.databases.fresh(label, template) as db:
         since = _now()
         submit(Noop, [{}] * n)
+        checkpoint()
         close_connection()
         ctx.server.wait_disconnected(db)
         before = ctx.server.xact_commit(db)
