@@ -221,13 +221,9 @@ class Worker:
                 if wanted <= 0:  # enough in hand: sleep until a procedure finishes (it wakes us)
                     self.waker.wait(max(0.0, next_chore - time.monotonic()))
                     continue
-                claimed = self._claim(wanted)
                 backoff = 0.0
-                if claimed >= wanted:  # a full batch: more may be due
-                    continue
-                # Fewer than asked: nothing else was due a moment ago, so no claim again at once (it would find
-                # nothing and compete with the step just handed over); next_due says when, a NOTIFY or a
-                # finishing procedure wakes the loop sooner.
+                if self._claim(wanted) >= wanted:  # fewer: no claim again at once (it would find nothing and
+                    continue  # compete with the step just handed over); a NOTIFY or next_due wakes the loop
                 due = next_due(type_names=self.types, queues=self.options.queues)
                 if self.options.with_scheduler:  # a tick due soon starts work too
                     due = min((at for at in (due, next_tick_due()) if at is not None), default=None)
