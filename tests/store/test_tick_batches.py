@@ -74,6 +74,7 @@ def _statements_of_a_pass(count: int) -> list[str]:
     return [q["sql"].split()[0] for q in captured]
 
 
+@pytest.mark.postgres  # elsewhere the schedules are written back one UPDATE each
 def test_a_pass_makes_the_same_statements_whatever_the_number_of_due_schedules():
     few, many = _statements_of_a_pass(2), _statements_of_a_pass(60)
     assert few == many
