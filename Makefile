@@ -7,7 +7,7 @@
 #   make check-wheel   build the wheel, install it into a clean virtualenv, migrate and run a procedure
 #   make docs          build the documentation site into var/site (MkDocs, warnings are errors)
 #   make test-django6  the PostgreSQL leg and the migrations check on Django 6.1 (.venv-django6, Python 3.12)
-#   make lint          ruff
+#   make lint          ruff, then mypy (django-stubs) on django_procedures
 #   make clean         remove virtualenvs, var/ and caches
 #
 # Variables (environment or command line):
@@ -126,6 +126,8 @@ test-sqlite: $(VENV)/.installed | var
 lint: $(VENV)/.installed
 	@$(call banner,ruff check)
 	$(VENV)/bin/ruff check .
+	@$(call banner,mypy (django-stubs; [tool.mypy] in pyproject.toml))
+	$(VENV)/bin/mypy
 
 check-migrations: $(VENV)/.installed | var
 	@$(call banner,migrations match the models (Django $$($(VENV)/bin/python -m django --version)))

@@ -18,8 +18,53 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.harness import BenchmarkError, close_connection, finished_span, median
-from benchmarks.peers import COMPARISONS, Comparison, expected_seconds, rate, run_peer
+from benchmarks.peers import run_peer
 from benchmarks.suite import Context, submit
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One line of the comparison: a peer's scenario against the same work done by our workers."""
+
+    peer: str
+    scenario: str
+    label: str
+    #: "noop": N one-step no-op jobs; "steps10": N/10 jobs of ten no-op steps (rates are steps/s).
+    work: str
+    #: Seconds one repetition of the peer's scenario takes on the 2-core reference machine at N = 5,000
+    #: (template, enqueue, drain, teardown): the expected duration printed before a run.
+    seconds_at_5000: float
+
+
+COMPARISONS = (
+    Comparison("procrastinate", "thr-W2-c4", "Procrastinate 3.10, 2 workers x concurrency 4", "noop", 30.0),
+    Comparison("dbos", "thr-W2-p1ms", "DBOS Transact 3.4, 2 workers, polling every 1 ms", "noop", 45.0),
+    Comparison("dbos", "steps10-W2-p1ms", "DBOS Transact 3.4, 10-step workflows, 2 workers, 1 ms polling",
+               "steps10", 25.0),
+)
+#: The packages whose versions are shown for each peer (the harness records every one it installed).
+PACKAGES = {"procrastinate": ("procrastinate", "Django", "psycopg"), "dbos": ("dbos", "SQLAlchemy", "psycopg"),
+            "dtdb": ("django-tasks-db", "Django", "psycopg")}
+#: Seconds one repetition of our side takes at N = 5,000 (two drains, fresh databases).
+OURS_SECONDS_AT_5000 = 25.0
+
+
+def rate(result: dict[str, Any], work: str, active: bool) -> float | None:
+    """Jobs/s (or steps/s for ten-step work) of one peer result: from its first start (active) or wall."""
+    key = ("steps_per_s_" if work == "steps10" else "jobs_per_s_") + ("active" if active else "wall")
+    value = result.get(key)
+    return float(value) if value else None
+
+
+def expected_seconds(n: int, reps: int) -> float:
+    """What a comparison of ``reps`` repetitions at ``n`` jobs should take on the reference machine.
+
+    About a third of each figure at N = 5,000 is fixed (templates, migrations, start-up); the rest
+    grows with ``n``.
+    """
+    per_rep = OURS_SECONDS_AT_5000 + sum(c.seconds_at_5000 for c in COMPARISONS)
+    return per_rep * (0.3 + 0.7 * n / 5000) * reps
+
 
 #: Worker processes on both sides (the peers' scenarios are all W = 2).
 WORKERS = 2
@@ -97,9 +142,13 @@ def compare(ctx: Context, n: int) -> list[Pairs]:
                             p.ours.append(mine)
                 continue
             scenarios = [c.scenario for c in COMPARISONS if c.peer == side]
-            found = run_peer(side, scenarios, n, 1, first_rep=rep, server=ctx.server, progress=ctx.progress)
-            for scenario, results in found.items():
-                pairs[(side, scenario)].theirs += results
+            began = time.monotonic()
+            found = run_peer(side, scenarios, n, 1, host=ctx.server.host, user=ctx.server.user)
+            versions = {k: v for k, v in found.get("meta", {}).get("peer_versions", {}).items()
+                        if v and k in PACKAGES.get(side, ())}
+            for scenario, results in found["scenarios"].items():
+                pairs[(side, scenario)].theirs += [{**r, "versions": versions} for r in results]
+            ctx.progress(f"  {side} rep {rep}: {', '.join(scenarios)} in {time.monotonic() - began:.0f}s")
         if rep == 1 and ctx.runs > 1:
             spent = time.monotonic() - begun
             ctx.progress(f"  repetition 1 took {spent / 60:.1f} min: about {spent * (ctx.runs - 1) / 60:.0f} min "
@@ -148,7 +197,7 @@ def table(pairs: list[Pairs], n: int, threads: int) -> str:
         if p.theirs:
             first = p.theirs[0]
             db = first.get("per_job_db", {})
-            notes.append(f"{p.comparison.peer} `{p.comparison.scenario}`: `{first.get('command', '')}`, "
+            notes.append(f"{p.comparison.peer} `{p.comparison.scenario}`: "
                          f"{db.get('xact_commit', '?')} commits per job; versions "
                          + ", ".join(f"{k} {v}" for k, v in first.get("versions", {}).items() if v) + ".")
     return "\n".join(lines) + "\n" + "\n".join(notes)

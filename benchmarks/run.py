@@ -2,13 +2,14 @@
 
     python -m benchmarks.run [--quick] [--only NAME[,NAME]] [--runs N] [--threads N]
                              [--database-url postgres://user@host:port/any] [--results PATH]
-                             [--profile DIR] [--update-docs] [--keep-logs]
+                             [--profile DIR] [--update-docs] [--keep-logs] [--peers]
     python -m benchmarks.run --peers [--peers-n N] [--runs N] [...]
 
-``--peers`` runs the comparison with the peers instead (``benchmarks.compare``):
+``--peers`` alone runs the comparison with the peers (``benchmarks.compare``):
 our workers and Procrastinate's and DBOS's, interleaved, on the same server,
-through the peer harness in ``../shared/peers`` (installed into ``var/peers``
-with its own virtualenv the first time).
+through the peer harness in ``../shared/peers`` (``benchmarks/peers.py``,
+which installs its own virtualenv the first time). With ``--only``, each
+chosen benchmark that has a peer runs it beside ours (tasks: django-tasks-db).
 
 Every run of every benchmark creates its own database on that server (named
 ``bench_<pid>_...``) and drops it afterwards; the database named in the URL is
@@ -65,9 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--update-docs", action="store_true", help=f"put the table into {DOCS.relative_to(ROOT)}")
     parser.add_argument("--keep-logs", action="store_true", help="keep the workers' log files")
     parser.add_argument("--peers", action="store_true",
-                        help="compare with Procrastinate and DBOS (interleaved runs, paired ratios) instead")
+                        help="alone: compare with Procrastinate and DBOS (interleaved runs, paired ratios); "
+                             "with --only: also run each chosen benchmark's peer in the same run, through the peer "
+                             "harness (benchmarks/peers.py; installs its own virtualenv the first time): tasks -> "
+                             "django-tasks-db's db_worker")
     parser.add_argument("--peers-n", type=int, default=None,
-                        help="jobs per drain in --peers (default 5000; 200 with --quick)")
+                        help="jobs per drain in the --peers comparison (default 5000; 200 with --quick)")
     parser.add_argument("--size", action="append", default=[], metavar="NAME=VALUE",
                         help="override one size of the chosen set, e.g. --size throughput=5000 (names: the "
                              "fields of benchmarks.suite.Sizes); for profiling, not for the recorded figures")
@@ -85,7 +89,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.peers_n = 200 if args.quick else 5000
     if args.peers_n < 10:
         parser.error(f"--peers-n must be at least 10 (ten-step jobs take N/10); got {args.peers_n}")
-    if args.peers:
+    #: --peers without --only: the comparison with Procrastinate and DBOS, instead of the suite.
+    args.compare = args.peers and not args.only
+    if args.compare:
         args.selected = ["peers"]
     args.sizes = {}
     for item in args.size:
@@ -170,7 +176,7 @@ def entry(args: argparse.Namespace, info: dict[str, str], started: str, before: 
           activity: str, body: str, raw: str, elapsed: float, progress: list[str]) -> str:
     command = "python -m benchmarks.run" + "".join(f" {shlex.quote(a)}" for a in sys.argv[1:])
     mode = "quick (tiny sizes: figures are meaningless)" if args.quick else "full sizes"
-    if args.peers:
+    if args.compare:
         mode = f"beside the peers, N = {args.peers_n:,}" + (" (quick: figures are meaningless)" if args.quick else "")
     if args.sizes:
         mode += " except " + ", ".join(f"{k}={v}" for k, v in args.sizes.items())
@@ -251,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     except TypeError as error:
         raise SystemExit(f"--size: {error}") from None
     ctx = Context(server=server, databases=databases, sizes=sizes, runs=args.runs,
-                  threads=args.threads, log_dir=log_dir, profile=args.profile, progress=say)
+                  threads=args.threads, log_dir=log_dir, profile=args.profile, progress=say, peers=args.peers)
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     info = versions(server)
     before, activity = machine(), server.other_activity(prefix)
@@ -262,9 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     body = raw = ""
     try:
-        if args.peers:
+        if args.compare:
             body, raw, failed = _peers(ctx, args, say)
-        for name in [] if args.peers else args.selected:
+        for name in [] if args.compare else args.selected:
             say(f"{name}:")
             try:
                 metrics += BENCHMARKS[name](ctx)
@@ -276,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         databases.drop_all()
     elapsed = time.monotonic() - t0
-    if not args.peers:
+    if not args.compare:
         body, raw = table(metrics), raw_values(metrics)
     print()
     print(body)
@@ -284,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     append_results(args.results, text)
     print(f"\nappended to {args.results}")
     if args.update_docs:
-        update_docs(text, PEERS_MARKS if args.peers else RESULTS_MARKS)
+        update_docs(text, PEERS_MARKS if args.compare else RESULTS_MARKS)
         print(f"updated {DOCS}")
     if failed or args.keep_logs:
         print(f"worker logs: {log_dir}")

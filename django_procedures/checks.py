@@ -12,6 +12,7 @@ from django.db import connections
 from django_procedures.conf import DEFAULTS, conf
 from django_procedures.policy.durations import parse_duration
 from django_procedures.policy.options import check_queue
+from django_procedures.policy.worker_config import settings_problems
 
 
 @register(Tags.compatibility)
@@ -29,38 +30,12 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     if errors:
         return errors
 
-    def positive(name: str) -> None:
-        value = getattr(conf, name)
-        if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-            errors.append(Error(f"PROCEDURES[{name!r}] must be a positive number of seconds; got {value!r}",
-                                id="django_procedures.E003"))
-
-    for name in ("LEASE_SECONDS", "SWEEP_SECONDS", "POLL_SECONDS", "SHUTDOWN_TIMEOUT_SECONDS", "STATS_SECONDS",
-                 "TICK_SECONDS"):
-        positive(name)
-    if errors:
+    # The worker's settings, by the rules procedures_worker applies to them with its options laid over them.
+    sqlite = "sqlite" in _default_database().get("ENGINE", "")
+    for problem in settings_problems(conf.merged(), sqlite=sqlite):
+        errors.append(Error(problem.msg, hint=problem.hint, id=problem.id))
+    if any(error.id == "django_procedures.E003" for error in errors):
         return errors
-    lease = float(conf.LEASE_SECONDS)
-    renewal = conf.renewal_timeout
-    if not lease / 3 < renewal < lease:
-        errors.append(Error(
-            f"PROCEDURES['RENEWAL_TIMEOUT_SECONDS'] is {renewal:g}s; it must be shorter than the lease "
-            f"({lease:g}s) and longer than one heartbeat interval ({lease / 3:g}s)",
-            hint="Leave it unset (two thirds of the lease) or pick a value between the two.",
-            id="django_procedures.E004"))
-    if conf.idle_in_transaction_timeout <= lease:
-        errors.append(Error(
-            f"PROCEDURES['IDLE_IN_TRANSACTION_TIMEOUT_SECONDS'] ({conf.idle_in_transaction_timeout:g}s) must be "
-            f"longer than the lease ({lease:g}s), or a step's open transaction is cut while its lease is valid",
-            hint="Leave it unset (twice the lease).", id="django_procedures.E005"))
-    concurrency = conf.CONCURRENCY
-    if concurrency is not None and (not isinstance(concurrency, int) or concurrency < 1):
-        errors.append(Error(f"PROCEDURES['CONCURRENCY'] must be a positive integer or None; got {concurrency!r}",
-                            id="django_procedures.E006"))
-    prefetch = conf.PREFETCH
-    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-        errors.append(Error(f"PROCEDURES['PREFETCH'] must be an integer of at least 0; got {prefetch!r}",
-                            hint="0 claims only for idle threads; the default is 32.", id="django_procedures.E011"))
     for name in ("MAX_ERROR_LENGTH", "MAX_TRACEBACK_LENGTH"):
         if not isinstance(getattr(conf, name), int) or getattr(conf, name) < 100:
             errors.append(Error(f"PROCEDURES[{name!r}] must be an integer of at least 100",
@@ -86,25 +61,38 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
         errors.append(Error(f"PROCEDURES['METRICS_COUNT_CAP'] must be a positive integer; got {cap!r}",
                             hint="The default is 100000.", id="django_procedures.E014"))
+    errors.extend(_check_tracing(conf.TRACING))
     try:
         parse_duration(conf.RETENTION)
     except ValueError as error:
         errors.append(Error(f"PROCEDURES['RETENTION']: {error}", id="django_procedures.E009"))
-    errors.extend(_check_sqlite(concurrency))
+    if sqlite:
+        errors.extend(_check_sqlite())
     return errors
 
 
-def _check_sqlite(concurrency: Any) -> list[Any]:
-    db = connections.settings["default"] if hasattr(connections, "settings") else settings.DATABASES["default"]
-    if "sqlite" not in db.get("ENGINE", ""):
-        return []
+def _check_tracing(tracing: Any) -> list[Any]:
+    if tracing is not None and not isinstance(tracing, bool):
+        return [Error(f"PROCEDURES['TRACING'] must be None, True or False; got {tracing!r}",
+                      hint="None traces when the process has set an OpenTelemetry tracer provider; False never "
+                           "traces.", id="django_procedures.E015")]
+    if tracing is True:
+        try:
+            import opentelemetry.trace  # noqa: F401  (asked for: importing it is no cost to avoid)
+        except ImportError:
+            return [Error("PROCEDURES['TRACING'] is True, but opentelemetry-api is not installed",
+                          hint="pip install 'django-procedures[otel]', or set TRACING to None (trace only when "
+                               "OpenTelemetry is in use).", id="django_procedures.E016")]
+    return []
+
+
+def _default_database() -> dict[str, Any]:
+    return connections.settings["default"] if hasattr(connections, "settings") else settings.DATABASES["default"]
+
+
+def _check_sqlite() -> list[Any]:
     found: list[Any] = []
-    if isinstance(concurrency, int) and concurrency > 1:
-        found.append(Error(
-            f"PROCEDURES['CONCURRENCY'] is {concurrency}, but SQLite allows one writer at a time",
-            hint="Use 1 (one worker process with one thread) on SQLite, or PostgreSQL for concurrency.",
-            id="django_procedures.E008"))
-    if str(db.get("OPTIONS", {}).get("transaction_mode", "")).upper() != "IMMEDIATE":
+    if str(_default_database().get("OPTIONS", {}).get("transaction_mode", "")).upper() != "IMMEDIATE":
         found.append(Warning(
             "the SQLite database does not use immediate transactions; a worker and a web process may fail "
             "with 'database is locked'",

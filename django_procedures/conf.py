@@ -56,6 +56,9 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_TOKEN": None,
     # Most rows each count of that view reads (per status; and due rows for the oldest-due ages).
     "METRICS_COUNT_CAP": 100_000,
+    # OpenTelemetry spans (extra [otel]): None traces when the process uses OpenTelemetry (it imported
+    # opentelemetry and set a tracer provider); True also requires opentelemetry-api (check E015); False never.
+    "TRACING": None,
 }
 
 
@@ -74,6 +77,10 @@ class ProceduresSettings:
         if self._cache is None:
             self._cache = {**DEFAULTS, **self.user_settings}
         return self._cache
+
+    def merged(self) -> dict[str, Any]:
+        """Every setting: ``settings.PROCEDURES`` over :data:`DEFAULTS` (a copy)."""
+        return dict(self._values())
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name not in DEFAULTS:

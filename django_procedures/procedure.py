@@ -129,7 +129,7 @@ class _class_or_instance(Generic[_R]):
 
     def __init__(self, func: Callable[..., _R]) -> None:
         self.__func__ = func
-        functools.update_wrapper(self, func)
+        functools.update_wrapper(self, func)  # type: ignore[arg-type]  # a descriptor: it takes the name and doc
 
     def __get__(self, instance: Any, owner: type) -> Callable[..., _R]:
         return types.MethodType(self.__func__, owner if instance is None else instance)
@@ -173,8 +173,9 @@ class Procedure:
         if state is not None and not isinstance(state, Mapping):
             raise TypeError(f"state must be a dict (a JSON object) or None; got {type(state).__name__} {state!r}")
         self.state: dict[str, Any] = dict(state) if state is not None else {}
-        self.options = {"queue": options.check_queue(queue), "priority": options.check_priority(priority),
-                        "key": options.check_key(key), "run_after": options.check_run_after(run_after)}
+        self.options: dict[str, Any] = {
+            "queue": options.check_queue(queue), "priority": options.check_priority(priority),
+            "key": options.check_key(key), "run_after": options.check_run_after(run_after)}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -296,7 +297,7 @@ class Procedure:
         """
         from django_procedures.store.submit import submit_many
 
-        given = {"key": key, "queue": queue, "priority": priority, "run_after": run_after}
+        given: dict[str, Any] = {"key": key, "queue": queue, "priority": priority, "run_after": run_after}
         if isinstance(target, Procedure):
             cls: type[Procedure] = type(target)
             if state is not None:

@@ -46,7 +46,7 @@ class SubmitOptions:
         key: str | None = None,
     ) -> SubmitOptions:
         """A copy with the options given here changed."""
-        changes = {"queue": queue, "priority": priority, "run_after": run_after, "key": key}
+        changes: dict[str, Any] = {"queue": queue, "priority": priority, "run_after": run_after, "key": key}
         return dataclasses.replace(self, **{name: value for name, value in changes.items() if value is not None})
 
     def _options(self) -> dict[str, Any]:

@@ -1,68 +1,73 @@
-"""The peer comparison's plumbing: finding the shared harness, reading its records, refusing bad options.
+"""``benchmarks.peers.run_peer`` drives a peer harness and reads its records back.
 
-The comparison itself (``python -m benchmarks.run --peers``) installs the peers'
-own virtualenv and runs for minutes; it is run on purpose, never in the suite.
+A stand-in harness (a ``driver.py`` that writes records as the real one does, and a
+``setup.sh`` that makes its virtualenv a link to this interpreter) keeps this
+fast and offline: the real harness installs its own virtualenv, so it never runs in CI.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
-from benchmarks import peers
 from benchmarks.harness import BenchmarkError
-from benchmarks.run import parse_args
+from benchmarks.peers import run_peer
+
+DRIVER = '''
+import argparse, json, os, pathlib, sys
+ap = argparse.ArgumentParser()
+for name in ("--peer", "--rep", "--n", "--tag"):
+    ap.add_argument(name)
+ap.add_argument("--only", nargs="*")
+a = ap.parse_args()
+if a.peer == "broken":
+    sys.exit("no such peer")
+results = pathlib.Path("results")
+results.mkdir(exist_ok=True)
+with open(results / "raw.jsonl", "a") as f:
+    for scenario in a.only:
+        f.write(json.dumps({"tag": a.tag, "rep": int(a.rep), "peer": a.peer, "scenario": scenario,
+                            "meta": {"host": os.environ["BENCH_PGHOST"]},
+                            "result": {"n": int(a.n), "rep": int(a.rep)}}) + "\\n")
+'''
 
 
-def test_a_missing_harness_says_where_it_was_looked_for_and_what_to_set(tmp_path, monkeypatch):
-    monkeypatch.setenv("PROCEDURES_PEERS_DIR", str(tmp_path))
-    with pytest.raises(BenchmarkError) as raised:
-        peers.source_dir()
-    assert str(tmp_path) in str(raised.value)
-    assert "set PROCEDURES_PEERS_DIR to the folder that holds it" in str(raised.value)
+@pytest.fixture
+def harness(tmp_path, monkeypatch):
+    source = tmp_path / "shared-peers"
+    (source / "results").mkdir(parents=True)
+    (source / "driver.py").write_text(DRIVER)
+    (source / "setup.sh").write_text('mkdir -p .venv/bin && ln -s "$PEERS_TEST_PYTHON" .venv/bin/python\n')
+    # An earlier run's record, of another tag: never read back.
+    (source / "results" / "raw.jsonl").write_text(json.dumps({"tag": "old", "peer": "dtdb", "scenario": "thr-W2",
+                                                              "result": {}}) + "\n")
+    for path in [*source.rglob("*"), source]:
+        path.chmod(0o555 if path.is_dir() else 0o444)  # kept read-only, as the shared copy is
+    monkeypatch.setenv("BENCH_PEERS_HARNESS", str(source))
+    monkeypatch.setenv("BENCH_PEERS_DIR", str(tmp_path / "copy"))
+    monkeypatch.setenv("PEERS_TEST_PYTHON", sys.executable)
+    yield tmp_path / "copy"
+    for path in [source, *source.rglob("*")]:
+        path.chmod(0o755)
 
 
-def test_the_harness_is_found_where_the_variable_points(tmp_path, monkeypatch):
-    (tmp_path / "driver.py").write_text("")
-    (tmp_path / "setup.sh").write_text("")
-    monkeypatch.setenv("PROCEDURES_PEERS_DIR", str(tmp_path))
-    assert peers.source_dir() == tmp_path.resolve()
+def test_run_peer_calls_the_harness_driver_once_per_rep_and_returns_its_records(harness):
+    out = run_peer("dtdb", ["thr-W2", "lat-W2"], 2000, 2, host="db.example")
+    assert out["peer"] == "dtdb" and out["meta"] == {"host": "db.example"}
+    assert out["scenarios"] == {name: [{"n": 2000, "rep": 1}, {"n": 2000, "rep": 2}]
+                                for name in ("thr-W2", "lat-W2")}
+    assert (harness / ".venv" / "bin" / "python").exists()  # set up once in the writable copy
+    assert len(run_peer("dtdb", ["thr-W2"], 10, 1)["scenarios"]["thr-W2"]) == 1  # the copy is reused
 
 
-def test_only_this_runs_records_of_the_peer_and_repetition_are_read(tmp_path):
-    raw = tmp_path / "raw.jsonl"
-
-    def record(tag, peer, rep, scenario, rate):
-        return json.dumps({"tag": tag, "peer": peer, "rep": rep, "scenario": scenario, "n": 5000,
-                           "command": "python w", "meta": {"peer_versions": {"dbos": "3.4.0", "Django": "6.1"}},
-                           "result": {"jobs_per_s_active": rate, "jobs_per_s_wall": rate / 2}})
-
-    raw.write_text("\n".join([
-        record("other-", "dbos", 1, "thr-W2-p1ms", 1.0),
-        record("mine-", "dbos", 2, "thr-W2-p1ms", 2.0),
-        "not json",
-        record("mine-", "dbos", 1, "thr-W2-p1ms", 300.0),
-        record("mine-", "procrastinate", 1, "thr-W2-c4", 4.0),
-    ]) + "\n")
-    found = peers._records(raw, "mine-", "dbos", 1)
-    assert list(found) == ["thr-W2-p1ms"]
-    result = found["thr-W2-p1ms"]
-    assert (peers.rate(result, "noop", True), peers.rate(result, "noop", False)) == (300.0, 150.0)
-    assert result["versions"] == {"dbos": "3.4.0"}  # the peer's own packages only
-    assert peers.rate({"steps_per_s_active": 650.0}, "steps10", True) == 650.0
-    assert peers.rate({}, "noop", True) is None
-
-
-def test_peers_options_are_checked(capsys):
-    args = parse_args(["--peers"])
-    assert (args.selected, args.peers_n, args.runs) == (["peers"], 5000, 3)
-    assert parse_args(["--peers", "--quick"]).peers_n == 200
-    with pytest.raises(SystemExit):
-        parse_args(["--peers", "--peers-n", "5"])
-    assert "--peers-n must be at least 10 (ten-step jobs take N/10); got 5" in capsys.readouterr().err
-
-
-def test_the_expected_duration_grows_with_n_and_the_repetitions():
-    assert peers.expected_seconds(5000, 3) == 3 * peers.expected_seconds(5000, 1)
-    assert peers.expected_seconds(2000, 1) < peers.expected_seconds(5000, 1) < peers.expected_seconds(20000, 1)
+def test_a_failing_harness_or_a_missing_one_is_an_error_that_says_where(harness, monkeypatch, tmp_path):
+    with pytest.raises(BenchmarkError, match=r"(?s)the peer harness failed .*no such peer"):
+        run_peer("broken", ["thr-W2"], 10, 1)
+    with pytest.raises(ValueError, match="at least one scenario"):
+        run_peer("dtdb", [], 10, 1)
+    monkeypatch.setenv("BENCH_PEERS_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("BENCH_PEERS_HARNESS", str(tmp_path / "nothing-here"))
+    with pytest.raises(BenchmarkError, match="set BENCH_PEERS_HARNESS"):
+        run_peer("dtdb", ["thr-W2"], 10, 1)

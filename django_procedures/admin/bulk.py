@@ -173,7 +173,8 @@ class BulkConfirmations:
         for pks, message in logged:
             changed = [found[pk] for pk in pks if pk in found]
             if changed:
-                LogEntry.objects.log_actions(user_id=request.user.pk, queryset=changed, action_flag=CHANGE,
+                LogEntry.objects.log_actions(user_id=request.user.pk,  # type: ignore[arg-type]  # admin: logged in
+                                             queryset=changed, action_flag=CHANGE,
                                              change_message=message)
 
     def _report(self, request: HttpRequest, action: BulkAction, outcome: Outcome) -> None:

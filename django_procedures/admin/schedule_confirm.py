@@ -94,7 +94,8 @@ def _delete(request: HttpRequest, selected: list[Schedule]) -> Outcome:
     deleted = dict(report.changed)
     for s in selected:
         if s.pk in deleted:
-            LogEntry.objects.log_actions(user_id=request.user.pk, queryset=[s], action_flag=DELETION,
+            LogEntry.objects.log_actions(user_id=request.user.pk,  # type: ignore[arg-type]  # admin: logged in
+                                         queryset=[s], action_flag=DELETION,
                                          change_message=deleted[s.pk])
     n = len(deleted)
     message = ngettext_lazy("Deleted %(count)d schedule.", "Deleted %(count)d schedules.", "count") % {"count": n}

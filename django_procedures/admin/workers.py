@@ -110,7 +110,7 @@ class WorkerAdmin(admin.ModelAdmin):
             held = running_by_worker([worker.worker_id])
         rows = held.get(worker.worker_id, [])
         if not rows:
-            return "—" if worker.state == WorkerState.GONE else _("idle")  # type: ignore[attr-defined]
+            return "—" if worker.state == WorkerState.GONE else str(_("idle"))  # type: ignore[attr-defined]
         links = format_html_join(", ", '<a href="{}">{}</a> · {}', (
             (reverse("admin:django_procedures_procedurerun_change", args=[r["id"]]),
              r["type_name"].rsplit(".", 1)[-1], r["step_name"] or r["status"]) for r in rows[:SHOWN]))
@@ -119,7 +119,7 @@ class WorkerAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("queues"))
     def queue_list(self, worker: Worker) -> str:
-        return ", ".join(worker.queues) if worker.queues else _("every queue")
+        return ", ".join(worker.queues) if worker.queues else str(_("every queue"))
 
     @admin.display(description=_("started"), ordering="started_at")
     def started(self, worker: Worker) -> str:

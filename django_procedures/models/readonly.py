@@ -46,7 +46,7 @@ class ReadOnlyQuerySet(models.QuerySet):
     def get_or_create(self, defaults: Any = None, **kwargs: Any) -> NoReturn:
         _refuse(".get_or_create()", self.model)
 
-    def update_or_create(self, defaults: Any = None, **kwargs: Any) -> NoReturn:
+    def update_or_create(self, defaults: Any = None, create_defaults: Any = None, **kwargs: Any) -> NoReturn:
         _refuse(".update_or_create()", self.model)
 
     def bulk_create(self, objs: Any, *args: Any, **kwargs: Any) -> NoReturn:

@@ -97,7 +97,8 @@ class Schedule(StoreWritten):
 
     @property
     def settings(self) -> ScheduleSettings:
-        return ScheduleSettings(self.mode, self.max_concurrency, self.missed, self.max_pending)
+        # ScheduleSettings takes the stored strings of its enums (and refuses unknown ones)
+        return ScheduleSettings(self.mode, self.max_concurrency, self.missed, self.max_pending)  # type: ignore[arg-type]
 
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.timezone or settings.TIME_ZONE)
@@ -180,7 +181,8 @@ def validation_errors(s: Schedule) -> dict[str, str]:
     if isinstance(s.max_concurrency, int) and s.max_concurrency > MAX_CONCURRENCY:
         errors["max_concurrency"] = f"max_concurrency must be at most {MAX_CONCURRENCY}; got {s.max_concurrency}"
     try:
-        errors.update({k: v for k, v in ScheduleSettings(s.mode, s.max_concurrency, s.missed, s.max_pending)
+        errors.update({k: v for k, v in ScheduleSettings(s.mode, s.max_concurrency, s.missed,  # type: ignore[arg-type]
+                                                         s.max_pending)
                       .errors().items() if k not in errors})
     except (ValueError, TypeError) as error:
         errors.setdefault("mode", str(error))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Self
+
 from django.db import models
 from django.db.models import Case, CharField, Q, Value, When
 from django.db.models.expressions import RawSQL
@@ -10,26 +12,29 @@ from django.utils import timezone
 from django_procedures.models.readonly import ReadOnlyQuerySet, StoreWritten, WriterQuerySet
 from django_procedures.policy.workers import StopReason, WorkerState
 
+if TYPE_CHECKING:  # mixed into a QuerySet below: filter, annotate and db come from there
+    _QuerySet = models.QuerySet[Any]
+else:
+    _QuerySet = object
 
-class _WorkerQueries:
+
+class _WorkerQueries(_QuerySet):
     """Worker rows by state, judged on the database's clock (as leases are)."""
 
-    # (mixed into a QuerySet below: filter, annotate and db come from there)
-
-    def with_state(self) -> WorkerQuerySet:
+    def with_state(self) -> Self:
         """Annotate ``state``: ``stopped`` (it said so), ``alive`` (renewed in time) or ``gone`` (silent)."""
         return self.annotate(state=Case(
             When(stopped_at__isnull=False, then=Value(WorkerState.STOPPED.value)),
             When(alive_until__gte=_db_now(self.db), then=Value(WorkerState.ALIVE.value)),
             default=Value(WorkerState.GONE.value), output_field=CharField()))
 
-    def alive(self) -> WorkerQuerySet:
+    def alive(self) -> Self:
         return self.filter(stopped_at__isnull=True, alive_until__gte=_db_now(self.db))
 
-    def gone(self) -> WorkerQuerySet:
+    def gone(self) -> Self:
         return self.filter(stopped_at__isnull=True, alive_until__lt=_db_now(self.db))
 
-    def stopped(self) -> WorkerQuerySet:
+    def stopped(self) -> Self:
         return self.filter(stopped_at__isnull=False)
 
 

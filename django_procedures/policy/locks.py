@@ -75,7 +75,7 @@ def find_deadlocks(waits: Mapping[Hashable, Iterable[tuple[str, Hashable]]]) -> 
     return sorted(found, key=lambda deadlock: repr(deadlock.edges[0][0]))
 
 
-def _components(graph: Mapping[Hashable, Iterable[tuple[str, Hashable]]]) -> dict[Hashable, int]:
+def _components(graph: Mapping[Hashable, Iterable[tuple[str | None, Hashable]]]) -> dict[Hashable, int]:
     """The strongly connected component of every tree in ``graph`` (Kosaraju's, without recursion)."""
     finished: list[Hashable] = []
     visited: set[Hashable] = set()
@@ -95,8 +95,8 @@ def _components(graph: Mapping[Hashable, Iterable[tuple[str, Hashable]]]) -> dic
                 stack.pop()
                 finished.append(node)
     reverse: dict[Hashable, list[Hashable]] = {}
-    for tree, edges in graph.items():
-        for _, holder in edges:
+    for tree, tree_edges in graph.items():
+        for _, holder in tree_edges:
             reverse.setdefault(holder, []).append(tree)
     component: dict[Hashable, int] = {}
     for number, root in enumerate(reversed(finished)):

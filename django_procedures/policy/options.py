@@ -93,7 +93,7 @@ def check_run_after(run_after: Any, where: str = "run_after") -> datetime | time
                     f"got {_name(run_after)} {run_after!r}")
 
 
-def run_at(run_after: datetime | timedelta | None, now: datetime, where: str = "run_after") -> datetime:
+def run_at(run_after: datetime | timedelta | float | None, now: datetime, where: str = "run_after") -> datetime:
     """The moment a procedure becomes due: ``now``, ``now + run_after``, or ``run_after`` itself."""
     run_after = check_run_after(run_after, where)
     if run_after is None:

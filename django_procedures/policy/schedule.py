@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 __all__ = ["MAX_TICKS_PER_PASS", "Cadence", "Every", "FinishDecision", "Missed", "Mode",
            "ScheduleConfigError", "ScheduleSettings", "TickDecision", "decide_tick",
@@ -71,7 +72,7 @@ class ScheduleConfigError(ValueError):
     """A schedule setting that cannot work; the message says what to change."""
 
 
-def _enum(kind: type[StrEnum], name: str, value: object) -> StrEnum:
+def _enum(kind: type[StrEnum], name: str, value: Any) -> StrEnum:
     try:
         return kind(value)
     except ValueError:

@@ -11,8 +11,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connection
@@ -22,8 +20,9 @@ from django_procedures import clock, registry
 from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost, ProceduresNotMigrated
 from django_procedures.policy.prefetch import GIVE_BACK_SECONDS, Prefetch, stale, to_claim
+from django_procedures.policy.worker_config import WorkerConfig
 from django_procedures.policy.workers import StopReason, stop_reason
-from django_procedures.runtime import observe, reporting
+from django_procedures.runtime import observe, reporting, tracing
 from django_procedures.runtime.chores import Chore
 from django_procedures.runtime.connections import (
     APPLICATION_NAME_PREFIX,
@@ -50,18 +49,15 @@ from django_procedures.store.ticks import next_tick_due, tick
 
 logger = logging.getLogger("django_procedures.worker")
 
-__all__ = ["APPLICATION_NAME_PREFIX", "Worker", "WorkerOptions", "application_name", "new_worker_id"]
+__all__ = ["APPLICATION_NAME_PREFIX", "Worker", "WorkerConfig", "application_name", "new_worker_id", "resolve_config"]
 
 
-@dataclass(frozen=True)
-class WorkerOptions:
-    queues: Sequence[str] | None = None
-    concurrency: int = 1
-    burst: bool = False
-    lease_seconds: float = 30.0
-    shutdown_timeout: float = 30.0
-    worker_id: str = ""
-    with_scheduler: bool = False
+def resolve_config(**command_line: Any) -> WorkerConfig:
+    """``PROCEDURES`` with the command line's options (``WorkerConfig.resolve``'s keywords) laid over it.
+
+    Raises ``WorkerConfigError`` naming what to change when they contradict each other.
+    """
+    return WorkerConfig.resolve(conf.merged(), sqlite=connection.vendor == "sqlite", **command_line)
 
 
 def new_worker_id() -> str:
@@ -71,9 +67,9 @@ def new_worker_id() -> str:
 class Worker:
     """One worker process: a claiming main thread, ``concurrency`` executor threads and a heartbeat."""
 
-    def __init__(self, options: WorkerOptions) -> None:
-        self.options = options
-        self.id = options.worker_id or new_worker_id()
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config  # everything it reads of the settings and its options, resolved once
+        self.id = config.worker_id or new_worker_id()
         self.types = registry.type_names()
         self.stats: Counter[str] = Counter()
         # Held claims by fencing token: a timed-out step's thread may still be busy with an old token
@@ -82,43 +78,43 @@ class Worker:
         # Claims held: running, or waiting for a thread (prefetched). An abandoned step still counts until
         # its thread returns.
         self.busy = 0
-        self.prefetch = Prefetch(limit=int(conf.PREFETCH))
+        self.prefetch = Prefetch(limit=config.prefetch)
         self._lock = threading.Lock()
         self._work: queue.SimpleQueue[RunningClaim | None] = queue.SimpleQueue()
         self._stopping = threading.Event()
-        self.waker = Waker(listen=connection.vendor == "postgresql" and bool(conf.LISTEN_NOTIFY),
-                           queues=options.queues, poll_seconds=float(conf.POLL_SECONDS),
+        self.waker = Waker(listen=connection.vendor == "postgresql" and config.listen_notify,
+                           queues=config.queues, poll_seconds=config.poll_seconds,
                            application_name=application_name(self.id, "listen"))
-        self.row = WorkerRow(worker_id=self.id, queues=options.queues, concurrency=options.concurrency,
-                             lease_seconds=options.lease_seconds)
+        self.row = WorkerRow(worker_id=self.id, queues=config.queues, concurrency=config.concurrency,
+                             lease_seconds=config.lease_seconds)
         self._stop_reason: str | None = None  # the first reason given to stop(), or "burst"
-        self.crew = Crew(options.concurrency, self._executor_loop)
+        self.crew = Crew(config.concurrency, self._executor_loop)
         self.heartbeat = self._heartbeat()
 
     def _heartbeat(self) -> Heartbeat:
         """A heartbeat (again, should the last one die) that also renews the worker's row and writes progress."""
-        heartbeat = Heartbeat(self._in_flight, lease_seconds=self.options.lease_seconds,
-                              renewal_timeout=min(conf.renewal_timeout, self.options.lease_seconds * 2 / 3))
+        heartbeat = Heartbeat(self._in_flight, lease_seconds=self.config.lease_seconds,
+                              renewal_timeout=self.config.renewal_timeout)
         heartbeat.also += [self.row.renew, self._flush_progress]
         return heartbeat
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def run(self) -> int:
-        idle_timeout = conf.IDLE_IN_TRANSACTION_TIMEOUT_SECONDS or 2 * self.options.lease_seconds
-        configure = functools.partial(configure_connection, idle_timeout=float(idle_timeout))
+        configure = functools.partial(configure_connection, idle_timeout=self.config.idle_in_transaction_timeout)
         connection_created.connect(configure, weak=False, dispatch_uid=f"procedures-worker-{self.id}")
         name = functools.partial(name_connection, worker_id=self.id)
         connection_created.connect(name, weak=False, dispatch_uid=f"procedures-worker-name-{self.id}")
         logger.info("worker %s started: queues=%s concurrency=%d database=%s types=%d lease=%gs", self.id,
-                    ",".join(self.options.queues) if self.options.queues else "*", self.options.concurrency,
-                    connection.vendor, len(self.types), self.options.lease_seconds)
+                    ",".join(self.config.queues) if self.config.queues else "*", self.config.concurrency,
+                    connection.vendor, len(self.types), self.config.lease_seconds)
         self._tables_checked = self._check_tables()
         self._report_unknown_types()
         created = sync_declared()
         if created:
             logger.info("worker %s: created schedules declared in code: %s", self.id, ", ".join(created))
         self.row.register()
+        traced = tracing.start()  # None unless the process uses OpenTelemetry
         self.crew.start()
         self.heartbeat.start()
         error = ""
@@ -130,6 +126,7 @@ class Worker:
             error = error_text(raised)
             raise
         finally:
+            tracing.stop(traced)
             self.heartbeat.stop()
             self.row.stop(StopReason.ERROR if error else stop_reason(self._stop_reason or ""), error)
             self.waker.close()
@@ -197,10 +194,10 @@ class Worker:
     # -- main thread ----------------------------------------------------------------------
 
     def _chores(self) -> list[Chore]:
-        chores = [Chore("maintenance", float(conf.SWEEP_SECONDS), maintain),
-                  Chore("stats", float(conf.STATS_SECONDS), lambda: self._log_stats("stats"), first_run=False)]
-        if self.options.with_scheduler:
-            chores.append(Chore("scheduler", float(conf.TICK_SECONDS), tick))
+        chores = [Chore("maintenance", self.config.sweep_seconds, maintain),
+                  Chore("stats", self.config.stats_seconds, lambda: self._log_stats("stats"), first_run=False)]
+        if self.config.with_scheduler:
+            chores.append(Chore("scheduler", self.config.tick_seconds, tick))
         return chores
 
     def _main_loop(self) -> None:
@@ -224,12 +221,12 @@ class Worker:
                 backoff = 0.0
                 if self._claim(wanted) >= wanted:  # fewer: no claim again at once (it would find nothing and
                     continue  # compete with the step just handed over); a NOTIFY or next_due wakes the loop
-                due = next_due(type_names=self.types, queues=self.options.queues)
-                if self.options.with_scheduler:  # a tick due soon starts work too
+                due = next_due(type_names=self.types, queues=self.config.queues)
+                if self.config.with_scheduler:  # a tick due soon starts work too
                     due = min((at for at in (due, next_tick_due()) if at is not None), default=None)
-                if self.options.burst and not self.busy and not self._due_soon(due):
+                if self.config.burst and not self.busy and not self._due_soon(due):
                     logger.info("worker %s: nothing due within %gs; --burst exits", self.id,
-                                float(conf.BURST_WAIT_SECONDS))
+                                self.config.burst_wait_seconds)
                     self._stop_reason = "burst"
                     return
                 backoff = 0.0
@@ -251,8 +248,8 @@ class Worker:
                 self._stopping.wait(backoff)
 
     def _claim(self, wanted: int) -> int:
-        claims = claim(self.id, type_names=self.types, queues=self.options.queues, limit=wanted,
-                       lease_seconds=self.options.lease_seconds)
+        claims = claim(self.id, type_names=self.types, queues=self.config.queues, limit=wanted,
+                       lease_seconds=self.config.lease_seconds)
         watch.restored()
         observe.claimed(claims)
         for c in claims:
@@ -271,7 +268,7 @@ class Worker:
         now = time.monotonic()
         running_for = max((now - r.taken_at for r in self.running.values() if r.taken_at is not None),
                           default=0.0)
-        threads = self.options.concurrency
+        threads = self.config.concurrency
         return to_claim(self.busy, threads, self.prefetch.ahead(threads, running_for))
 
     def _next_give_back(self) -> float:
@@ -302,14 +299,14 @@ class Worker:
     def _due_soon(self, due: Any) -> bool:
         if due is None:
             return False
-        return (due - clock.now()).total_seconds() <= float(conf.BURST_WAIT_SECONDS)
+        return (due - clock.now()).total_seconds() <= self.config.burst_wait_seconds
 
     def _idle_timeout(self, due: Any, next_chore: float) -> float:
         timeout = next_chore - time.monotonic()
         if due is not None:
             timeout = min(timeout, (due - clock.now()).total_seconds())
-        if self.options.burst:
-            timeout = min(timeout, float(conf.POLL_SECONDS))
+        if self.config.burst:
+            timeout = min(timeout, self.config.poll_seconds)
         return max(0.0, timeout)
 
     # -- executor threads -----------------------------------------------------------------
@@ -325,6 +322,7 @@ class Worker:
                         continue
                     running.taken_at = started = time.monotonic()
                     self.crew.take(running)
+                observe.claim_started(running)
                 try:
                     outcome = execute(running)
                 except BaseException as error:  # a bug, or foreign code the executor did not contain
@@ -332,7 +330,7 @@ class Worker:
                                      "attempt", running.claim.id, extra=log_extra(running.claim))
                     outcome = record_crash(running, error, trace_text())
                 self.stats[_STAT[outcome]] += 1
-                observe.outcome(running.claim.type_name, outcome.value)
+                observe.outcome(running, outcome.value)
                 with self._lock:
                     self.crew.done()
                     if self.running.pop((running.claim.id, running.claim.lease_token), None) is not None:
@@ -352,7 +350,7 @@ class Worker:
         threads = self.crew.threads
         for _ in threads:
             self._work.put(None)
-        deadline = time.monotonic() + self.options.shutdown_timeout
+        deadline = time.monotonic() + self.config.shutdown_timeout
         for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
         for running in self._in_flight():  # a claim whose thread died is left to expire, never released

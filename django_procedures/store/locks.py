@@ -224,8 +224,10 @@ def deadlocks() -> list[FoundDeadlock]:
                 for name, pid, root, mode, granted, at, rid, _ in rows]
     parents = {pid: parent for _, pid, _, _, _, _, _, parent in rows}
     # parent ids never change, so reading the grandparents later agrees with the snapshot
-    lenders = {r.procedure: ancestors(r.procedure, parents[r.procedure]) for r in requests if not r.granted}
-    waiting = defaultdict(set)
+    # (policy.locks is generic over Hashable ids; here each is a UUID)
+    lenders = {r.procedure: ancestors(r.procedure, parents[r.procedure]) for r in requests  # type: ignore[arg-type]
+               if not r.granted}
+    waiting: defaultdict[Any, set[Any]] = defaultdict(set)
     for request in requests:
         if not request.granted:
             waiting[request.tree].add(request.procedure)
@@ -237,8 +239,8 @@ def deadlocks() -> list[FoundDeadlock]:
         youngest = max(cycle.trees, key=lambda t: (created[t], str(t)))
         parts = [f"tree {waiter} waits for {key!r} behind tree {holder}" for waiter, key, holder in cycle.edges]
         message = f"lock key deadlock: {'; '.join(parts)}; failing the younger tree {youngest}"
-        found.append(FoundDeadlock(frozenset(cycle.trees), youngest, sorted(waiting[youngest], key=str),
-                                   message))
+        found.append(FoundDeadlock(frozenset(cycle.trees), youngest,  # type: ignore[arg-type]  # UUIDs, as above
+                                   sorted(waiting[youngest], key=str), message))
     # The cycle whose younger tree is the oldest first: failing that tree may end later cycles through it.
     return sorted(found, key=lambda d: (created[d.youngest], str(d.youngest)))
 

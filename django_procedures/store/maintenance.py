@@ -7,7 +7,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django_procedures.store import locks, operations, overdue
 from django_procedures.store.db import is_disconnect
@@ -49,7 +49,8 @@ def maintain() -> MaintenanceReport:
     swept = part(sweep_expired, SweepReport())
     woken = part(locks.wake_stranded, 0)
     broken = part(_break_deadlocks, 0)
-    timed_out = len(part(overdue.cancel_overdue, []))
+    none_cancelled: list[Any] = []
+    timed_out = len(part(overdue.cancel_overdue, none_cancelled))
     if errors:
         raise errors[0]
     return MaintenanceReport(swept.resumed, swept.parked, woken, broken, timed_out)

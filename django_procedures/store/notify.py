@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 
 from django.db import connection
@@ -36,7 +37,7 @@ def finished_channel(procedure_id: object) -> str:
     return FINISHED_PREFIX + (procedure_id if isinstance(procedure_id, uuid.UUID) else uuid.UUID(str(procedure_id))).hex
 
 
-def mark_awaited(procedure_id: object) -> None:
+def mark_awaited(procedure_id: uuid.UUID | str) -> None:
     """Ask for the NOTIFY of ``procedure_id``'s final transition: a waiter listens for it (PostgreSQL).
 
     Only awaited rows notify, so completions nobody waits for never take the

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db import connection as default_connection
 from django.db.models.sql import UpdateQuery
@@ -23,7 +23,7 @@ def record(claim: Claim, report: dict[str, Any], at: datetime, *, using: Any = N
     fence every claimed-row write uses (:func:`~.transitions.held_row`).
     """
     conn = using or default_connection
-    query = held_row(claim).query.chain(UpdateQuery)
+    query = cast(UpdateQuery, held_row(claim).query.chain(UpdateQuery))  # the stubs say Query
     query.add_update_values({"progress": report, "progress_updated_at": at})
     sql, params = query.get_compiler(connection=conn).as_sql()
     with conn.cursor() as cursor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db import connection
 
@@ -21,6 +21,8 @@ from django_procedures.policy.status import LEASED, LeaseOutcome, RunStatus, Ste
 from django_procedures.store.db import bound_cursor, sql_list
 
 if TYPE_CHECKING:
+    from django.db.models import Field
+
     from django_procedures.store.claim import Claim
     from django_procedures.store.transitions import StepRecord
 
@@ -63,7 +65,8 @@ def _statement(complete: bool, steps: int) -> str:
 
 def json_param(field: str, value: Any) -> Any:
     """``value`` adapted as the model field adapts it (same encoder), for a raw statement."""
-    return ProcedureRun._meta.get_field(field).get_db_prep_value(value, connection)
+    column = cast("Field[Any, Any]", ProcedureRun._meta.get_field(field))  # a column, not a relation
+    return column.get_db_prep_value(value, connection)
 
 
 def write_progress(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str, *,

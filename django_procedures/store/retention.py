@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from django_procedures.models import Lease, ProcedureRun, Step
@@ -53,7 +54,7 @@ def prune_batch(older_than: datetime, statuses: Sequence[str] | None = None, bat
     return PruneBatch(len(roots), procedures, steps, leases)
 
 
-def _delete(model: type, column: str, ids: list) -> int:
+def _delete(model: type[models.Model], column: str, ids: list[Any]) -> int:
     """A plain DELETE: the cascade is done here, not by loading every row into Python."""
     table = connection.ops.quote_name(model._meta.db_table)
     total = 0

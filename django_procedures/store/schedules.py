@@ -252,7 +252,7 @@ def _next_after_run(schedule: Schedule, now: datetime) -> list[str]:
 
 def locked(schedule: Schedule | int | str) -> Schedule:
     key = schedule.pk if isinstance(schedule, Schedule) else schedule
-    lookup = {"name": key} if isinstance(key, str) else {"pk": key}
+    lookup: dict[str, Any] = {"name": key} if isinstance(key, str) else {"pk": key}
     found = Schedule._writer.select_for_update().filter(**lookup).first()
     if found is None:
         raise InvalidOperation(f"no schedule {key!r}")

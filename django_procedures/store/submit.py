@@ -22,6 +22,7 @@ from django_procedures.store.db import is_postgresql
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
 from django_procedures.store.schema import tables_required
+from django_procedures.trace_context import capture
 
 if TYPE_CHECKING:
     from django_procedures.procedure import Procedure
@@ -83,7 +84,7 @@ def lock_keys_of(cls: type[Procedure], state: dict[str, Any]) -> list[list[str]]
 
 
 def build_row(cls: type[Procedure], state: Mapping[str, Any] | None, *, key: str | None, queue: str | None,
-              priority: int | None, run_after: datetime | timedelta | None, now: datetime,
+              priority: int | None, run_after: datetime | timedelta | float | None, now: datetime,
               parent: Parent | None, where: str = "state", position: int = 0) -> ProcedureRun:
     """An unsaved ``ProcedureRun`` for ``cls``; ``TypeError`` if the state is not strict JSON.
 
@@ -101,12 +102,12 @@ def build_row(cls: type[Procedure], state: Mapping[str, Any] | None, *, key: str
         priority=cls.priority if priority is None else priority,
         key=key, run_at=resolve_run_at(run_after, now), created_at=now, lock_keys=lock_keys_of(cls, plain),
         parent_id=parent and parent.id, root_id=parent and parent.root_id, depth=parent.depth + 1 if parent else 0,
-        spawned_in=parent.suspension if parent else 0, position=position,
+        spawned_in=parent.suspension if parent else 0, position=position, trace_context=capture(),
     )
     # Positional arguments skip Model.__init__'s keyword lookup of every field: half the cost of a row
     # (a tick builds thousands).
-    return ProcedureRun(*[values[f.attname] if f.attname in values else f.get_default()
-                          for f in ProcedureRun._meta.concrete_fields])
+    return ProcedureRun(*[values[f.attname] if f.attname in values else f.get_default()  # type: ignore[misc]
+                          for f in ProcedureRun._meta.concrete_fields])  # (the plugin reads the list as the id)
 
 
 def insert(rows: list[ProcedureRun], *, skip_conflicts: bool = False) -> list[uuid.UUID]:
@@ -126,10 +127,10 @@ def insert(rows: list[ProcedureRun], *, skip_conflicts: bool = False) -> list[uu
         # A savepoint, so that a refused reuse leaves nothing behind even in autocommit.
         with transaction.atomic():
             ProcedureRun._writer.bulk_create(rows, ignore_conflicts=True)
-            stored = {key: (pid, type_name) for key, pid, type_name in
-                      ProcedureRun._writer.filter(key__in=keys).values_list("key", "id", "type_name")}
-            _refuse_other_types(rows, stored)
-        ids = [stored[row.key][0] if row.key is not None else row.id for row in rows]
+            keyed = {key: (pid, type_name) for key, pid, type_name in
+                     ProcedureRun._writer.filter(key__in=keys).values_list("key", "id", "type_name")}
+            _refuse_other_types(rows, keyed)
+        ids = [keyed[row.key][0] if row.key is not None else row.id for row in rows]
     else:
         ProcedureRun._writer.bulk_create(rows)
         ids = [row.id for row in rows]
@@ -189,7 +190,9 @@ def json_rows(fields: Sequence[Field[Any, Any]], objs: Sequence[Model]) -> tuple
     """
     get = attrgetter(*(f.attname for f in fields))
     rows = [get(obj) for obj in objs] if len(fields) > 1 else [(get(obj),) for obj in objs]
-    items, constants, varying = [], [], []
+    items: list[Any] = []
+    constants: list[Any] = []
+    varying: list[Any] = []
     for f, column in zip(fields, zip(*rows, strict=True), strict=True):
         db_type = f.db_type(connection) or "text"
         cast = "text" if db_type.startswith("varchar") else db_type
@@ -228,7 +231,7 @@ def submit_many(
     keys: Sequence[str | None] | None = None,
     queue: str | None = None,
     priority: int | None = None,
-    run_after: datetime | timedelta | None = None,
+    run_after: datetime | timedelta | float | None = None,
     parent: Any = None,
 ) -> list[Submitted]:
     """Insert one ``ProcedureRun`` per state with one INSERT; existing idempotency keys insert nothing.

@@ -76,5 +76,5 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
             response["WWW-Authenticate"] = 'Bearer realm="django-procedures metrics"'
         return response
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(DatabaseCollector())  # type: ignore[arg-type]
+    registry.register(DatabaseCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import gc
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection
 
-from django_procedures.conf import conf
 from django_procedures.exceptions import ProceduresNotMigrated
-from django_procedures.policy.options import check_queue
-from django_procedures.runtime.worker import Worker, WorkerOptions
-
-#: Bounds of the options, so that a typo is an error here rather than a traceback (or a stuck worker) later.
-MAX_CONCURRENCY = 256
-MIN_LEASE_SECONDS = 1.0
-MAX_SECONDS = 86_400.0
-MAX_WORKER_ID = 200  # leases record it (255 characters), sometimes with a suffix
+from django_procedures.policy.worker_config import WorkerConfigError
+from django_procedures.runtime.worker import Worker, resolve_config
 
 
 class Command(BaseCommand):
@@ -48,49 +39,18 @@ class Command(BaseCommand):
                             help="Address the metrics server listens on (default: 0.0.0.0, every interface).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        sqlite = connection.vendor == "sqlite"
-        concurrency = options["concurrency"]
-        if concurrency is None:
-            concurrency = conf.CONCURRENCY or (1 if sqlite else 4)
-        if not 1 <= concurrency <= MAX_CONCURRENCY:
-            raise CommandError(f"--concurrency must be between 1 and {MAX_CONCURRENCY} (each thread holds a "
-                               f"database connection); got {concurrency}")
-        if sqlite and concurrency > 1:
-            raise CommandError(
-                f"--concurrency {concurrency} is not possible on SQLite, which allows one writer at a time: "
-                "run one worker process with --concurrency 1, or use PostgreSQL for concurrent workers")
-        lease = float(conf.LEASE_SECONDS) if options["lease_seconds"] is None else options["lease_seconds"]
-        if not (math.isfinite(lease) and MIN_LEASE_SECONDS <= lease <= MAX_SECONDS):
-            raise CommandError(f"--lease-seconds must be between {MIN_LEASE_SECONDS:g} and {MAX_SECONDS:g} "
-                               f"seconds (one day); got {lease}")
-        idle = conf.IDLE_IN_TRANSACTION_TIMEOUT_SECONDS
-        if idle is not None and float(idle) <= lease:
-            raise CommandError(f"--lease-seconds {lease:g} is not shorter than PROCEDURES["
-                               f"'IDLE_IN_TRANSACTION_TIMEOUT_SECONDS'] ({idle:g}s), so a step's open transaction "
-                               "would be cut while its lease is valid: give a shorter lease or raise that setting")
-        shutdown_timeout = options["shutdown_timeout"]
-        if shutdown_timeout is None:
-            shutdown_timeout = float(conf.SHUTDOWN_TIMEOUT_SECONDS)
-        if not (math.isfinite(shutdown_timeout) and 0 <= shutdown_timeout <= MAX_SECONDS):
-            raise CommandError(f"--shutdown-timeout must be between 0 and {MAX_SECONDS:g} seconds (one day); "
-                               f"got {shutdown_timeout}")
         queues = None
         if options["queues"] is not None:
             queues = [q.strip() for q in options["queues"].split(",") if q.strip()]
-            if not queues:
-                raise CommandError("--queues needs at least one queue name; leave it out to serve every queue")
-            for name in queues:
-                try:
-                    check_queue(name, "--queues")
-                except ValueError as error:
-                    raise CommandError(str(error)) from None
-        worker_id = options["worker_id"]
-        if len(worker_id) > MAX_WORKER_ID or not worker_id.isprintable():
-            raise CommandError(f"--worker-id must be at most {MAX_WORKER_ID} printable characters; "
-                               f"got {worker_id[:40]!r}{'…' if len(worker_id) > 40 else ''}")
-        worker = Worker(WorkerOptions(queues=queues, concurrency=concurrency, burst=options["burst"],
-                                      lease_seconds=lease, shutdown_timeout=shutdown_timeout,
-                                      worker_id=worker_id, with_scheduler=options["with_scheduler"]))
+        try:
+            # The options over PROCEDURES, checked by the rules the system checks apply to the settings alone.
+            config = resolve_config(queues=queues, concurrency=options["concurrency"], burst=options["burst"],
+                                    lease_seconds=options["lease_seconds"],
+                                    shutdown_timeout=options["shutdown_timeout"], worker_id=options["worker_id"],
+                                    with_scheduler=options["with_scheduler"])
+        except WorkerConfigError as error:
+            raise CommandError(f"cannot start a worker: {error}") from None
+        worker = Worker(config)
         freeze_start_up_heap()
         try:
             if options["metrics_port"] is None:
