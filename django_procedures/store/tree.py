@@ -194,11 +194,6 @@ def wake_stranded_parents() -> int:
     return sum(wake_parent(pid, suspension) for pid, suspension in stranded)
 
 
-def children_of(parent_id: uuid.UUID, suspension: int) -> list[ChildResult]:
-    """The finished children of the parent's suspension number ``suspension``."""
-    return stock(parent_id, suspension, unfinished=False).children
-
-
 @dataclass(frozen=True)
 class Stock:
     """What :func:`django_procedures.store.transitions.take_stock` found (see there)."""
