@@ -286,16 +286,17 @@ class Workers:
         self.close()
 
     def start(self, count: int, *, concurrency: int, burst: bool, settings: dict[str, Any] | None = None,
-              label: str = "w", args: Sequence[str] = ()) -> list[Worker]:
-        workers = [self._start_one(f"{label}{len(self.started) + 1}", concurrency, burst, settings, args)
+              label: str = "w", args: Sequence[str] = (), env: dict[str, str] | None = None) -> list[Worker]:
+        workers = [self._start_one(f"{label}{len(self.started) + 1}", concurrency, burst, settings, args, env)
                    for _ in range(count)]
         if not self._sampler.is_alive():
             self._sampler.start()
         return workers
 
     def _start_one(self, name: str, concurrency: int, burst: bool, settings: dict[str, Any] | None,
-                   args: Sequence[str] = ()) -> Worker:
+                   args: Sequence[str] = (), extra_env: dict[str, str] | None = None) -> Worker:
         env = dict(os.environ)
+        env.update(extra_env or {})
         env.update({
             "DATABASE_URL": self.url,
             "DJANGO_SETTINGS_MODULE": "benchmarks.settings",

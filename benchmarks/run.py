@@ -2,7 +2,7 @@
 
     python -m benchmarks.run [--quick] [--only NAME[,NAME]] [--runs N] [--threads N]
                              [--database-url postgres://user@host:port/any] [--results PATH]
-                             [--profile DIR] [--update-docs] [--keep-logs]
+                             [--profile DIR] [--update-docs] [--keep-logs] [--peers]
 
 Every run of every benchmark creates its own database on that server (named
 ``bench_<pid>_...``) and drops it afterwards; the database named in the URL is
@@ -56,6 +56,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="attach py-spy to every worker and write raw (collapsed) stacks into this directory")
     parser.add_argument("--update-docs", action="store_true", help=f"put the table into {DOCS.relative_to(ROOT)}")
     parser.add_argument("--keep-logs", action="store_true", help="keep the workers' log files")
+    parser.add_argument("--peers", action="store_true",
+                        help="also run each benchmark's peer in the same run, through the peer harness "
+                             "(benchmarks/peers.py; installs its own virtualenv the first time): tasks -> "
+                             "django-tasks-db's db_worker")
     parser.add_argument("--size", action="append", default=[], metavar="NAME=VALUE",
                         help="override one size of the chosen set, e.g. --size throughput=5000 (names: the "
                              "fields of benchmarks.suite.Sizes); for profiling, not for the recorded figures")
@@ -216,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     except TypeError as error:
         raise SystemExit(f"--size: {error}") from None
     ctx = Context(server=server, databases=databases, sizes=sizes, runs=args.runs,
-                  threads=args.threads, log_dir=log_dir, profile=args.profile, progress=say)
+                  threads=args.threads, log_dir=log_dir, profile=args.profile, progress=say, peers=args.peers)
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     info = versions(server)
     before, activity = machine(), server.other_activity(prefix)

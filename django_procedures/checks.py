@@ -86,12 +86,28 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
         errors.append(Error(f"PROCEDURES['METRICS_COUNT_CAP'] must be a positive integer; got {cap!r}",
                             hint="The default is 100000.", id="django_procedures.E014"))
+    errors.extend(_check_tracing(conf.TRACING))
     try:
         parse_duration(conf.RETENTION)
     except ValueError as error:
         errors.append(Error(f"PROCEDURES['RETENTION']: {error}", id="django_procedures.E009"))
     errors.extend(_check_sqlite(concurrency))
     return errors
+
+
+def _check_tracing(tracing: Any) -> list[Any]:
+    if tracing is not None and not isinstance(tracing, bool):
+        return [Error(f"PROCEDURES['TRACING'] must be None, True or False; got {tracing!r}",
+                      hint="None traces when the process has set an OpenTelemetry tracer provider; False never "
+                           "traces.", id="django_procedures.E015")]
+    if tracing is True:
+        try:
+            import opentelemetry.trace  # noqa: F401  (asked for: importing it is no cost to avoid)
+        except ImportError:
+            return [Error("PROCEDURES['TRACING'] is True, but opentelemetry-api is not installed",
+                          hint="pip install 'django-procedures[otel]', or set TRACING to None (trace only when "
+                               "OpenTelemetry is in use).", id="django_procedures.E016")]
+    return []
 
 
 def _check_sqlite(concurrency: Any) -> list[Any]:
