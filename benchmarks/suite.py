@@ -415,27 +415,45 @@ def backlog(ctx: Context) -> list[Metric]:
 # --------------------------------------------------------------------------- 5. trees
 
 
-def trees(ctx: Context) -> list[Metric]:
+def drain_trees(ctx: Context, label: str, parents: int, children: int) -> float:
+    """``parents`` trees of ``children`` no-op leaves drained by 2 burst workers; procedures/s from their start."""
     from benchmarks.procedures import TreeParent
 
-    parents, children = ctx.sizes.tree_parents, ctx.sizes.tree_children
     total = parents * (children + 1)
-    rates = []
-    for run in range(ctx.runs):
-        with ctx.databases.fresh(f"trees_{run}") as db:
-            since = _now()
-            submit(TreeParent, [{"fanout": children}] * parents)
-            close_connection()
-            with ctx.workers(db) as pool:
-                started = pool.start(2, concurrency=ctx.threads, burst=True)
-                pool.wait_exit(started, ctx.sizes.timeout)
-            count, _first, last = finished_span(since)
-            if count != total:
-                raise BenchmarkError(f"expected {total} procedures, found {count}")
-            rates.append(total / (last - min(w.started for w in started)))
-        ctx.progress(f"  trees run {run + 1}: {rates[-1]:,.0f} procedures/s")
-    return [Metric("5 trees", f"{parents} parents x {children} children ({total:,} procedures), "
-                   f"2 workers x {ctx.threads} threads", "procedures/s", rates)]
+    with ctx.databases.fresh(label) as db:
+        since = _now()
+        submit(TreeParent, [{"fanout": children}] * parents)
+        close_connection()
+        with ctx.workers(db) as pool:
+            started = pool.start(2, concurrency=ctx.threads, burst=True)
+            pool.wait_exit(started, ctx.sizes.timeout)
+        count, _first, last = finished_span(since)
+        if count != total:
+            raise BenchmarkError(f"expected {total} procedures, found {count}")
+        return total / (last - min(w.started for w in started))
+
+
+def trees(ctx: Context) -> list[Metric]:
+    """Both shapes (P x C and C x P), each paired with as many flat no-ops drained just before it: the machine's
+    load changes from minute to minute, so the ratio of the pair is the figure that counts."""
+    wide, deep = ctx.sizes.tree_parents, ctx.sizes.tree_children
+    metrics = []
+    for parents, children in ((wide, deep), (deep, wide)):
+        total = parents * (children + 1)
+        rates, ratios = [], []
+        for run in range(ctx.runs):
+            flat = drain_noops(ctx, f"trees_flat_{parents}x{children}_{run}", total, 2).rate
+            rates.append(drain_trees(ctx, f"trees_{parents}x{children}_{run}", parents, children))
+            ratios.append(100 * rates[-1] / flat)
+            ctx.progress(f"  trees run {run + 1}: {parents} x {children}: {rates[-1]:,.0f} procedures/s, "
+                         f"flat {flat:,.0f}/s: {ratios[-1]:.0f} %")
+        metrics += [
+            Metric("5 trees", f"{parents} parents x {children} children ({total:,} procedures), "
+                   f"2 workers x {ctx.threads} threads", "procedures/s", rates),
+            Metric("5 trees", f"same / {total:,} flat no-ops drained just before (paired runs)", "%", ratios,
+                   "≥ 50", lambda v: v >= 50),
+        ]
+    return metrics
 
 
 # --------------------------------------------------------------------------- 6. schedules

@@ -21,7 +21,7 @@ from django_procedures.runtime.running import (
     logger,
     trace_text,
 )
-from django_procedures.store import transitions, tree
+from django_procedures.store import transitions
 from django_procedures.store.db import own_connection_lost, session
 from django_procedures.store.transitions import StepRecord
 
@@ -50,8 +50,13 @@ def handle_children(procedure: Procedure, cls: type[Procedure], running: Running
     """A resumed parent: report failed children to ``on_child_failed``; None once no child is left."""
     claim = running.claim
     while True:
-        running.children = tuple(tree.children_of(claim.id, claim.suspension))
-        for child in tree.unhandled_failures(claim.id, claim.suspension):
+        stock = transitions.take_stock(claim)
+        running.children = stock.children
+        if stock.verdict == "continue":
+            return None
+        if stock.verdict == "waiting":
+            return Outcome.SUSPENDED
+        for child in stock.failures:
             before = session()
             try:
                 running.activity.check()
@@ -67,12 +72,6 @@ def handle_children(procedure: Procedure, cls: type[Procedure], running: Running
                 procedure.state = copy.deepcopy(claim.state)
                 return fail_now(procedure, cls, running, error_text(error), trace_text())
             transitions.handled_child_failure(claim, child.id, copy.deepcopy(procedure.state))
-        verdict = transitions.wait_or_continue(claim)
-        if verdict == "waiting":
-            return Outcome.SUSPENDED
-        if verdict == "continue":
-            running.children = tuple(tree.children_of(claim.id, claim.suspension))
-            return None
 
 
 def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningClaim) -> Outcome:
