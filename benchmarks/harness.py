@@ -266,8 +266,9 @@ class Workers:
     """
 
     def __init__(self, url: str, log_dir: Path, *, profile: Path | None = None, server: Server | None = None,
-                 dbname: str | None = None) -> None:
+                 dbname: str | None = None, env: dict[str, str] | None = None) -> None:
         self.url = url
+        self.env = env or {}  # more environment for the workers (the fleet's LISTEN_DATABASE_URL)
         self.server = server
         self.dbname = dbname
         #: CPU seconds per PostgreSQL backend pid of ``dbname``, as last sampled.
@@ -302,6 +303,7 @@ class Workers:
             "PYTHONUNBUFFERED": "1",
             "PROCEDURES_JSON": json.dumps({**WORKER_SETTINGS, **(settings or {})}),
             "PROCEDURES_LOG": "INFO",
+            **self.env,
         })
         command = [sys.executable, str(MANAGE), "procedures_worker", "--worker-id", name,
                    "--concurrency", str(concurrency)]
