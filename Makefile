@@ -141,10 +141,14 @@ test-django6: $(VENV6)/.installed check-pg-url | var
 	DATABASE_URL=$(SQLITE_TEST_URL) $(VENV6)/bin/python manage.py makemigrations --check --dry-run
 
 # The workers are what must work behind PgBouncer: they go through it (and LISTEN on a direct alias), while the
-# test process connects directly so that pytest-django can create and drop the test databases. The process tier
-# is every test that starts worker processes; the soak runs its quick size through a PgBouncer of its own.
+# test process connects directly so that pytest-django can create and drop the test databases. CI runs the
+# process tests of crashes, fencing and shutdown, trees, schedules and lost connections, and the quick soak
+# through a PgBouncer of its own that it kills once; PGBOUNCER_TESTS='tests/runtime tests/tasks
+# tests/test_soak.py -m subprocess' runs every test that starts workers (about 10 minutes on a loaded machine).
 PGBOUNCER_URL ?= postgres://postgres@127.0.0.1:6432
-PGBOUNCER_TESTS := tests/runtime tests/tasks tests/test_soak.py -m subprocess
+PGBOUNCER_TESTS ?= -m subprocess tests/runtime/test_worker_processes.py tests/runtime/test_fault_processes.py \
+	tests/runtime/test_tree_processes.py tests/runtime/test_schedule_fault_processes.py \
+	tests/runtime/test_reconnect.py tests/runtime/test_pgbouncer_processes.py tests/test_soak.py
 
 test-pgbouncer: $(VENV)/.installed check-pg-url | var
 	@PGBOUNCER_PORT=$$(printf '%s' '$(PGBOUNCER_URL)' | sed -E 's|.*:([0-9]+)/?$$|\1|') .ci/pgbouncer start

@@ -47,6 +47,13 @@ def pooler_url() -> str | None:
     return os.environ.get(POOLER_URL_VARIABLE) or None
 
 
+def direct_only(why: str) -> Any:
+    """Skip a test under ``make test-pgbouncer`` whose premise only holds for a direct connection."""
+    import pytest
+
+    return pytest.mark.skipif(pooler_url() is not None, reason=f"workers behind PgBouncer: {why}")
+
+
 def worker_database_env() -> tuple[dict[str, str], dict[str, Any]]:
     """The environment and the ``PROCEDURES`` keys that point a worker subprocess at the test database.
 
@@ -159,6 +166,8 @@ class Workers:
         for key in drop_env:
             worker_env.pop(key, None)
         database_env, pooler_settings = worker_database_env()
+        if env and "DATABASE_URL" in env:  # a database of the test's own (a throwaway cluster): reached directly
+            database_env, pooler_settings = {}, {}
         worker_env.update({
             **database_env,
             "DJANGO_SETTINGS_MODULE": "testproject.settings",

@@ -29,7 +29,7 @@ from testproject.testapp.procedures import (
     ThreeSteps,
     WritesAfterPause,
 )
-from tests.runtime.processes import MANAGE, ROOT, read_pid, wait_for
+from tests.runtime.processes import MANAGE, ROOT, direct_only, read_pid, wait_for
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 
@@ -64,6 +64,11 @@ def test_worker_connections_are_named_by_role(workers, tmp_path):
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+
+#: Behind PgBouncer in transaction mode, a worker in a non-atomic step holds no server connection: the backend
+#: these tests terminate is an idle one of the pool, and the worker sees nothing (its next query gets another).
+#: tests/runtime/test_pgbouncer_processes.py terminates server connections under running workers instead.
+IDLE_SERVER_CONNECTION = direct_only("a step outside a transaction holds no server connection to cut")
 
 
 def terminate(pids) -> None:
@@ -163,6 +168,7 @@ def test_connection_cut_under_a_steps_own_query_is_not_a_failed_attempt(workers,
     assert_reconnected_quietly(w)
 
 
+@IDLE_SERVER_CONNECTION
 def test_connection_cut_after_a_non_idempotent_step_records_it_without_running_it_again(workers, tmp_path):
     marker = tmp_path / "m"
     charged = Path(f"{marker}.charge")
@@ -178,6 +184,7 @@ def test_connection_cut_after_a_non_idempotent_step_records_it_without_running_i
     assert_reconnected_quietly(w)
 
 
+@IDLE_SERVER_CONNECTION
 def test_connection_cut_inside_a_non_idempotent_step_parks_it(workers, tmp_path):
     marker = tmp_path / "m"
     handle = ChargesAfterPause.submit(held_until_cut(marker, "charge"))
