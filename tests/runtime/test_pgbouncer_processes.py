@@ -72,14 +72,15 @@ def listen_backend(worker_id: str) -> int | None:
 
 
 def test_an_idle_worker_behind_pgbouncer_listens_directly_and_is_woken(workers, bouncer):
-    # Polling and sweeping once a minute: only a NOTIFY heard on the direct connection starts the work in time.
+    # Polling, sweeping and reporting every 10 minutes: only a NOTIFY heard on the direct connection starts the
+    # work within the wait below.
     w = start_behind(workers, bouncer, "--concurrency", "1",
-                     procedures={"POLL_SECONDS": 60.0, "SWEEP_SECONDS": 60.0})
+                     procedures={"POLL_SECONDS": 600.0, "SWEEP_SECONDS": 600.0, "STATS_SECONDS": 600.0})
     pid = wait_for(lambda: listen_backend(w.worker_id), timeout=60, what="the worker's LISTEN connection",
                    workers=workers)
     assert pid not in server_pids(bouncer), "the LISTEN connection went through PgBouncer"
     handle = ThreeSteps.submit()
-    wait_for(lambda: handle.refresh().is_finished, timeout=30, what="the procedure to finish", workers=workers)
+    wait_for(lambda: handle.refresh().is_finished, timeout=120, what="the procedure to finish", workers=workers)
     assert handle.status == "done"
 
 
