@@ -56,7 +56,8 @@ def test_listen_notify_through_the_pooler_without_a_direct_alias_warns():
     assert not listens()  # and it polls rather than LISTEN where no NOTIFY arrives
 
 
-@pytest.mark.parametrize("fix", [{"LISTEN_NOTIFY": False}, {"LISTEN_DATABASE": "default"}])
+@pytest.mark.parametrize("fix", [{"LISTEN_NOTIFY": False},
+                                 pytest.param({"LISTEN_DATABASE": "default"}, marks=pytest.mark.postgres)])
 def test_polling_or_a_direct_alias_silences_the_warning(fix):
     with override_settings(PROCEDURES={**POOLED, **fix}):
         assert codes() == []
