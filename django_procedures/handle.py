@@ -109,8 +109,10 @@ class ProcedureHandle:
         """Block until the procedure is final and return its status; ``TimeoutError`` after ``timeout`` s.
 
         On PostgreSQL (with ``LISTEN_NOTIFY`` on) it listens on a connection of
-        its own (to ``LISTEN_DATABASE`` when that is set) and is woken by the procedure's final transition; elsewhere it
-        polls, starting every ``poll`` seconds and backing off to every second.
+        its own (to ``LISTEN_DATABASE`` when that is set) and is woken by the
+        procedure's final transition; elsewhere (and behind a transaction
+        pooler without ``LISTEN_DATABASE``) it polls, starting every ``poll``
+        seconds and backing off to every second.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         listener = _listener(self.id)

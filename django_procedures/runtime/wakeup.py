@@ -18,9 +18,10 @@ logger = logging.getLogger("django_procedures.worker")
 class Waker:
     """``wait(timeout)`` returns early on a NOTIFY for one of ``queues``, or on ``wake()`` from any thread.
 
-    Without LISTEN (SQLite, ``LISTEN_NOTIFY`` off, or a transaction pooler without ``LISTEN_DATABASE``) it waits at most
-    ``poll_seconds``. After the listening connection breaks it reconnects on
-    the next wait and the caller polls once (``wait`` returns ``True``).
+    Without LISTEN (SQLite, ``LISTEN_NOTIFY`` off, or a transaction pooler
+    without ``LISTEN_DATABASE``) it waits at most ``poll_seconds``. After the
+    listening connection breaks it reconnects on the next wait and the caller
+    polls once (``wait`` returns ``True``).
     """
 
     def __init__(self, *, listen: bool, queues: Sequence[str] | None, poll_seconds: float,
