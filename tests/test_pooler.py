@@ -124,3 +124,20 @@ def test_a_direct_connection_keeps_the_idle_timeout_for_its_session():
         assert _idle_timeout() == "90s"
     finally:
         connection.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_process_that_cannot_listen_does_not_notify(settings):
+    import psycopg
+
+    from django_procedures.store.notify import CHANNEL, notify
+
+    with psycopg.connect(**listen_params(), autocommit=True) as listener:
+        listener.execute(f"LISTEN {CHANNEL}")
+        settings.PROCEDURES = POOLED  # no LISTEN_DATABASE: nobody can listen, so nothing is sent
+        notify(["unheard"])
+        settings.PROCEDURES = {**POOLED, "LISTEN_DATABASE": "default"}
+        notify(["heard"])  # after the first, in commit order: the first notification to arrive, if it was sent
+        first = next(listener.notifies(timeout=60, stop_after=1))
+    assert first.payload == "heard"
