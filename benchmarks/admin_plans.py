@@ -55,7 +55,7 @@ BASE = {
     "output": "jsonb_build_object('ok', true)", "error": "''", "traceback": "''", "failed_step": "''",
     "failure_can_retry": "false", "created_at": "now() - age", "started_at": "now() - age + interval '1 second'",
     "finished_at": "now() - age + interval '4 seconds'", "retried_at": "NULL", "retried_by": "''",
-    "manual_retries": "0", "schedule_id": "NULL", "tick_at": "NULL",
+    "manual_retries": "0", "schedule_id": "NULL", "tick_at": "NULL", "awaited": "false", "trace_context": "NULL",
     # One procedure in ten reported progress (the list draws a bar for it).
     "progress": "CASE WHEN g %% 10 = 0 THEN jsonb_build_object('done', g %% 100, 'total', 100, 'note', 'rows') END",
     "progress_updated_at": "CASE WHEN g %% 10 = 0 THEN now() - age + interval '3 seconds' END",
@@ -74,6 +74,15 @@ UNFINISHED = {
     "lease_owner": "CASE WHEN g %% 5 = 3 THEN 'worker-' || (g %% 8) || '@app-1' ELSE '' END",
     "lease_expires_at": "CASE WHEN g %% 5 = 3 THEN now() + interval '20 seconds' END",
 }
+#: Finished in the last 24 hours (the dashboard's charts read these): durations vary by type, one in 20 failed.
+RECENT = {
+    "created_at": "now() - age - (t * 0.5 + (g %% 50) / 10.0 + 1) * interval '1 second'",
+    "run_at": "now() - age - (t * 0.5 + (g %% 50) / 10.0 + 1) * interval '1 second'",
+    "started_at": "now() - age - (t * 0.5 + (g %% 50) / 10.0) * interval '1 second'",
+    "step_started_at": "now() - age - interval '10 milliseconds'",
+    "finished_at": "now() - age",
+    "status": "CASE WHEN g %% 20 = 0 THEN 'failed' ELSE 'done' END",
+}
 #: Runs of the seeded schedules: one a minute, round robin over them, going back as far as the rows reach.
 SCHEDULED = {"schedule_id": "%(first_schedule)s + g %% %(schedules)s", "tick_at": "now() - age"}
 #: Schedules seeded, and how many runs they have between them.
@@ -91,6 +100,19 @@ LEASE_SQL = """
            CASE WHEN status = 'running' THEN NULL ELSE COALESCE(finished_at, started_at + interval '3 seconds') END,
            CASE WHEN status = 'running' THEN '' WHEN status = 'done' THEN 'completed' ELSE 'failed' END
     FROM {run} WHERE started_at IS NOT NULL
+"""
+
+#: Step attempts of the trees' members (the procedure page's tree timeline reads them): a done step for
+#: each, and before it a failed attempt for every third child.
+STEP_SQL = """
+    INSERT INTO {step} (procedure_id, index, name, attempt, status, lease_token, started_at, finished_at, error, state)
+    SELECT r.id, 0, 'call_upstream', a.n, CASE WHEN a.n = 2 OR r.depth = 0 OR abs(hashtext(r.id::text)) %% 3 > 0
+                                              THEN 'done' ELSE 'failed' END, 1,
+           r.started_at + (a.n - 1) * interval '1 second', r.started_at + (a.n - 1) * interval '1 second'
+           + interval '500 milliseconds', '', NULL
+    FROM {run} AS r CROSS JOIN (VALUES (1), (2)) AS a(n)
+    WHERE (r.depth = 1 OR r.id IN (SELECT DISTINCT root_id FROM {run} WHERE root_id IS NOT NULL))
+      AND r.started_at IS NOT NULL AND (a.n = 1 OR (r.depth = 1 AND abs(hashtext(r.id::text)) %% 3 = 0))
 """
 
 
@@ -128,13 +150,14 @@ def seed_schedules() -> int:
 def seed(total: int) -> None:
     from django.db import connection
 
-    from django_procedures.models import Lease, ProcedureRun
+    from django_procedures.models import Lease, ProcedureRun, Step
 
     table, lease = ProcedureRun._meta.db_table, Lease._meta.db_table
     trees, per_tree = total // 25, 10  # 4% of rows are roots of trees of 10 children: 40% are children
     children = trees * per_tree
     unfinished, failed = 3_000, total // 16
-    roots = total - children - unfinished - failed - SCHEDULED_RUNS
+    recent = total // 10
+    roots = total - children - unfinished - failed - SCHEDULED_RUNS - recent
     first_schedule = seed_schedules()
     with connection.cursor() as cursor:
         columns = [c.name for c in connection.introspection.get_table_description(cursor, table)]
@@ -147,6 +170,7 @@ def seed(total: int) -> None:
             ("roots, done, 0-400 days old (the first are tree roots)", ("root", roots, spread), {}),
             ("children of those trees, done", ("child", children, spread, CHILD), {"trees": trees}),
             ("failed / rolled back / cancelled", ("failed", failed, spread, FAILED), {}),
+            ("finished in the last 24 hours", ("recent", recent, "random() * interval '24 hours'", RECENT), {}),
             ("unfinished now: ready, retrying, running, waiting", ("open", unfinished,
                                                                    "random() * interval '2 days'", UNFINISHED), {}),
             (f"runs of {SCHEDULES} schedules, done, one a minute", ("sched", SCHEDULED_RUNS, "g * interval '1 minute'",
@@ -158,6 +182,10 @@ def seed(total: int) -> None:
         started = time.perf_counter()
         cursor.execute(LEASE_SQL.format(lease=lease, run=table), {})
         print(f"  seeded {cursor.rowcount:>9,} leases in {time.perf_counter() - started:.1f}s")
+        started = time.perf_counter()
+        cursor.execute(STEP_SQL.format(step=Step._meta.db_table, run=table), {})
+        print(f"  seeded {cursor.rowcount:>9,} step attempts of the trees' members in "
+              f"{time.perf_counter() - started:.1f}s")
         cursor.execute("VACUUM ANALYZE")
         cursor.execute(f"SELECT status, count(*) FROM {table} GROUP BY 1 ORDER BY 2 DESC")
         print("  rows by status: " + ", ".join(f"{s}={n:,}" for s, n in cursor.fetchall()))
@@ -260,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         client = Client()
         client.force_login(user)
         base = "/admin/django_procedures/procedurerun/"
-        child = ProcedureRun.objects.filter(depth=1).order_by("-created_at").values_list("id", flat=True).first()
+        child, root = ProcedureRun.objects.filter(depth=1).order_by("-created_at").values_list("id", "root_id").first()
         some_id = ProcedureRun.objects.order_by("created_at").values_list("id", flat=True)[500]
         key = ProcedureRun.objects.filter(key__isnull=False).values_list("key", flat=True).first()
         schedule = Schedule.objects.order_by("id").values_list("id", flat=True)[1]
@@ -282,10 +310,12 @@ def main(argv: list[str] | None = None) -> int:
             ("search, common error words", f"{base}?q=card+was+declined"),
             ("search, words found nowhere", f"{base}?q=zebra+crossing"),
             ("procedure page, a child in a tree of 11", f"{base}{child}/change/"),
+            ("procedure page, the root of a tree of 11 (its timeline)", f"{base}{root}/change/"),
             ("list, one schedule's runs (newest first)", f"{base}?schedule__id__exact={schedule}"),
             ("list, one schedule's failed runs", f"{base}?schedule__id__exact={schedule}&status__exact=failed"),
             ("list, not started by a schedule", f"{base}?schedule__isnull=True"),
-            ("dashboard", f"{base}dashboard/"),
+            ("dashboard (with its charts: finished per minute and per 15 minutes, percentiles, queue depth)",
+             f"{base}dashboard/"),
             ("schedules list", "/admin/django_procedures/schedule/"),
             ("schedule page (with its recent runs)", f"/admin/django_procedures/schedule/{schedule}/change/"),
             ("workers list", "/admin/django_procedures/worker/"),

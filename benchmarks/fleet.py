@@ -87,12 +87,13 @@ def _run_fleet(ctx: Any, label: str, bouncer: PgBouncer | None, listen: bool = T
 
     sizes = ctx.sizes
     with ctx.databases.fresh(f"fleet_{label}") as db:
+        env: dict[str, str] = {}
         if bouncer is None:
             pool = ctx.workers(db)
             settings: dict[str, Any] = {}
         elif listen:
-            pool = Workers(bouncer.url(db), ctx.log_dir, env={"LISTEN_DATABASE_URL": ctx.url(db)})
-            settings = dict(WORKER_SETTINGS)
+            pool = Workers(bouncer.url(db), ctx.log_dir)
+            settings, env = dict(WORKER_SETTINGS), {"LISTEN_DATABASE_URL": ctx.url(db)}
         else:
             pool = Workers(bouncer.url(db), ctx.log_dir)
             settings = {**WORKER_SETTINGS, "LISTEN_DATABASE": None, "LISTEN_NOTIFY": False}
@@ -101,7 +102,7 @@ def _run_fleet(ctx: Any, label: str, bouncer: PgBouncer | None, listen: bool = T
             own = cursor.fetchone()[0]
         with pool, ConnectionSampler(ctx.server, db, exclude=own) as sampler:
             pool.start(sizes.fleet_workers, concurrency=sizes.fleet_threads, burst=False, settings=settings,
-                       label=f"{label}-")
+                       label=f"{label}-", env=env)
             if listen:
                 pool.wait_idle(ctx.server, db, sizes.fleet_workers, timeout=sizes.timeout)
             else:
@@ -172,7 +173,7 @@ def fleet(ctx: Any) -> list[Any]:
         if key not in results:
             continue
         figures = results[key]
-        name = f"9 fleet, {label.format(pool=sizes.fleet_pool)}"
+        name = f"10 fleet, {label.format(pool=sizes.fleet_pool)}"
         metrics += [
             Metric(name, f"throughput, {sizes.fleet_procedures} no-ops, {shape}", "procedures/s",
                    figures["throughput"]),
@@ -184,7 +185,7 @@ def fleet(ctx: Any) -> list[Any]:
                    figures["peak"]),
         ]
     if skipped:
-        metrics.append(Metric("9 fleet, PgBouncer", "skipped", "", note=skipped))
+        metrics.append(Metric("10 fleet, PgBouncer", "skipped", "", note=skipped))
     return metrics
 
 

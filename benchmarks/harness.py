@@ -266,9 +266,8 @@ class Workers:
     """
 
     def __init__(self, url: str, log_dir: Path, *, profile: Path | None = None, server: Server | None = None,
-                 dbname: str | None = None, env: dict[str, str] | None = None) -> None:
+                 dbname: str | None = None) -> None:
         self.url = url
-        self.env = env or {}  # more environment for the workers (the fleet's LISTEN_DATABASE_URL)
         self.server = server
         self.dbname = dbname
         #: CPU seconds per PostgreSQL backend pid of ``dbname``, as last sampled.
@@ -287,23 +286,23 @@ class Workers:
         self.close()
 
     def start(self, count: int, *, concurrency: int, burst: bool, settings: dict[str, Any] | None = None,
-              label: str = "w", args: Sequence[str] = ()) -> list[Worker]:
-        workers = [self._start_one(f"{label}{len(self.started) + 1}", concurrency, burst, settings, args)
+              label: str = "w", args: Sequence[str] = (), env: dict[str, str] | None = None) -> list[Worker]:
+        workers = [self._start_one(f"{label}{len(self.started) + 1}", concurrency, burst, settings, args, env)
                    for _ in range(count)]
         if not self._sampler.is_alive():
             self._sampler.start()
         return workers
 
     def _start_one(self, name: str, concurrency: int, burst: bool, settings: dict[str, Any] | None,
-                   args: Sequence[str] = ()) -> Worker:
+                   args: Sequence[str] = (), extra_env: dict[str, str] | None = None) -> Worker:
         env = dict(os.environ)
+        env.update(extra_env or {})
         env.update({
             "DATABASE_URL": self.url,
             "DJANGO_SETTINGS_MODULE": "benchmarks.settings",
             "PYTHONUNBUFFERED": "1",
             "PROCEDURES_JSON": json.dumps({**WORKER_SETTINGS, **(settings or {})}),
             "PROCEDURES_LOG": "INFO",
-            **self.env,
         })
         command = [sys.executable, str(MANAGE), "procedures_worker", "--worker-id", name,
                    "--concurrency", str(concurrency)]

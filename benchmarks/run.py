@@ -2,7 +2,7 @@
 
     python -m benchmarks.run [--quick] [--only NAME[,NAME]] [--runs N] [--threads N]
                              [--database-url postgres://user@host:port/any] [--results PATH]
-                             [--profile DIR] [--update-docs] [--keep-logs] [--throwaway-server]
+                             [--profile DIR] [--update-docs] [--keep-logs] [--peers] [--throwaway-server]
 
 Every run of every benchmark creates its own database on that server (named
 ``bench_<pid>_...``) and drops it afterwards; the database named in the URL is
@@ -56,6 +56,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="attach py-spy to every worker and write raw (collapsed) stacks into this directory")
     parser.add_argument("--update-docs", action="store_true", help=f"put the table into {DOCS.relative_to(ROOT)}")
     parser.add_argument("--keep-logs", action="store_true", help="keep the workers' log files")
+    parser.add_argument("--peers", action="store_true",
+                        help="also run each benchmark's peer in the same run, through the peer harness "
+                             "(benchmarks/peers.py; installs its own virtualenv the first time): tasks -> "
+                             "django-tasks-db's db_worker")
     parser.add_argument("--throwaway-server", action="store_true",
                         help="run on a PostgreSQL cluster of its own (initdb on a free port, max_connections 200, "
                              "removed at the end) instead of --database-url: the direct fleet needs ~90 connections")
@@ -233,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
     except TypeError as error:
         raise SystemExit(f"--size: {error}") from None
     ctx = Context(server=server, databases=databases, sizes=sizes, runs=args.runs,
-                  threads=args.threads, log_dir=log_dir, profile=args.profile, progress=say)
+                  threads=args.threads, log_dir=log_dir, profile=args.profile, progress=say, peers=args.peers)
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     info = versions(server)
     before, activity = machine(), server.other_activity(prefix)

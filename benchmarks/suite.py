@@ -40,6 +40,8 @@ class Sizes:
     tree_parents: int = 200
     tree_children: int = 20
     schedules: int = 10_000
+    #: No-op tasks per task throughput run (the tasks benchmark; also the peers' N with --peers).
+    tasks: int = 20_000
     #: Seconds an idle window lasts (the idle commit rate, the idle CPU).
     idle_window: float = 10.0
     #: Seconds to let started workers settle before an idle window (PostgreSQL flushes an idle
@@ -56,7 +58,7 @@ class Sizes:
 
 FULL = Sizes()
 QUICK = Sizes(throughput=40, steps_procedures=5, pickup=10, pickup_rate=20.0, backlog_finished=2_000,
-              backlog_future=500, backlog_drain=40, tree_parents=2, tree_children=3, schedules=50,
+              backlog_future=500, backlog_drain=40, tree_parents=2, tree_children=3, schedules=50, tasks=40,
               idle_window=0.5, settle=0.1, timeout=120.0, fleet_workers=2, fleet_threads=2, fleet_pool=4,
               fleet_procedures=40)
 
@@ -87,6 +89,8 @@ class Context:
     profile: Path | None = None
     progress: Callable[[str], None] = print
     details: list[str] = field(default_factory=list)
+    #: Also run the peers (``--peers``): each benchmark that has one runs it beside ours, in the same run.
+    peers: bool = False
 
     def url(self, dbname: str) -> str:
         return self.server.url(dbname)
@@ -124,13 +128,18 @@ class Drain:
     db_cpu_ms: float  # PostgreSQL backend CPU per procedure (nan when not measurable)
 
 
-def drain_noops(ctx: Context, label: str, n: int, workers: int, template: str | None = None) -> Drain:
-    """Submit ``n`` no-op procedures, then time ``workers`` burst workers draining them."""
+def drain_noops(ctx: Context, label: str, n: int, workers: int, template: str | None = None,
+                fill: Callable[[int], None] | None = None) -> Drain:
+    """Submit ``n`` no-op procedures (or let ``fill(n)`` enqueue ``n`` no-op runs), then time ``workers`` burst
+    workers draining them."""
     from benchmarks.procedures import Noop
 
     with ctx.databases.fresh(label, template) as db:
         since = _now()
-        submit(Noop, [{}] * n)
+        if fill is None:
+            submit(Noop, [{}] * n)
+        else:
+            fill(n)
         close_connection()
         ctx.server.wait_disconnected(db)
         before = ctx.server.xact_commit(db)
@@ -436,19 +445,22 @@ def schedules(ctx: Context) -> list[Metric]:
 # --------------------------------------------------------------------------- 8. observability
 
 
-def _drain_steps(ctx: Context, label: str, cls: Any, n: int, args: Sequence[str]) -> tuple[float, float]:
-    """``n`` ten-step procedures of ``cls`` drained by 2 burst workers started with ``args``.
+def _drain_steps(ctx: Context, label: str, cls: Any, n: int, args: Sequence[str],
+                 env: dict[str, str] | None = None, traced: bool = False) -> tuple[float, float]:
+    """``n`` ten-step procedures of ``cls`` drained by 2 burst workers started with ``args`` (and ``env``).
 
+    ``traced``: submitted inside a span, so each row carries the submitter's trace context.
     Returns (steps/s from the first claim to the last finish, commits per step over the workers' life).
     """
     with ctx.databases.fresh(label) as db:
         since = _now()
-        submit(cls, [{}] * n)
+        with _submitter_span(traced):
+            submit(cls, [{}] * n)
         close_connection()
         ctx.server.wait_disconnected(db)
         before = ctx.server.xact_commit(db)
         with ctx.workers(db) as pool:
-            started = pool.start(2, concurrency=ctx.threads, burst=True, args=args)
+            started = pool.start(2, concurrency=ctx.threads, burst=True, args=args, env=env)
             pool.wait_exit(started, ctx.sizes.timeout)
         ctx.server.wait_disconnected(db)
         commits = ctx.server.xact_commit(db) - before
@@ -458,36 +470,73 @@ def _drain_steps(ctx: Context, label: str, cls: Any, n: int, args: Sequence[str]
     return n * 10 / (last - first), commits / (n * 10)
 
 
+def _submitter_span(traced: bool) -> Any:
+    """A span current while the benchmark submits (from a tracer provider of its own), or nothing."""
+    import contextlib
+
+    if not traced:
+        return contextlib.nullcontext()
+    from opentelemetry.sdk.trace import TracerProvider
+
+    return TracerProvider().get_tracer("benchmarks").start_as_current_span("submit")
+
+
+def _tracing_available() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("opentelemetry") is not None and find_spec("opentelemetry.sdk") is not None
+
+
+#: The observability variants, each adding to the one before: (name, reporting progress, worker args, tracing).
+_METRICS_ARGS = ("--metrics-port", "0", "--metrics-host", "127.0.0.1")
+_VARIANTS = [("baseline", False, (), False), ("+progress", True, (), False),
+             ("+metrics", True, _METRICS_ARGS, False), ("+otel", True, _METRICS_ARGS, True)]
+
+
 def observability(ctx: Context) -> list[Metric]:
-    """Progress reports (one per step) and worker metrics on, against both off, on the same ten-step work."""
+    """Progress reports (one per step), worker metrics and OpenTelemetry spans added in turn, on the same work.
+
+    Each variant adds to the one before; throughput is a ratio to the baseline of the same run, so a
+    busy machine moves both sides. "+otel" workers have an SDK tracer provider that batches spans and
+    drops them (benchmarks/settings.py), and the procedures were submitted inside a span.
+    """
     from benchmarks.procedures import TenSteps, TenStepsReporting
 
     n, t = ctx.sizes.steps_procedures, ctx.threads
-    plain, observed, ratio, plain_commits, observed_commits = [], [], [], [], []
+    variants = [v for v in _VARIANTS if not v[3] or _tracing_available()]
+    if len(variants) < len(_VARIANTS):
+        ctx.progress("  observability: opentelemetry-sdk is not installed; +otel is left out")
+    rates: dict[str, list[float]] = {v[0]: [] for v in variants}
+    ratios: dict[str, list[float]] = {v[0]: [] for v in variants[1:]}
+    commits: dict[str, list[float]] = {v[0]: [] for v in variants}
     for run in range(ctx.runs):
-        # Alternate which goes first, so a warming cache or a busy neighbour does not favour one side.
-        order = [("off", TenSteps, ()), ("on", TenStepsReporting, ("--metrics-port", "0", "--metrics-host",
-                                                                   "127.0.0.1"))]
-        results = {}
-        for name, cls, args in (order if run % 2 == 0 else order[::-1]):
-            results[name] = _drain_steps(ctx, f"observability_{name}_{run}", cls, n, args)
-        plain.append(results["off"][0])
-        observed.append(results["on"][0])
-        ratio.append(results["on"][0] / results["off"][0])
-        plain_commits.append(results["off"][1])
-        observed_commits.append(results["on"][1])
-        ctx.progress(f"  observability run {run + 1}: off {plain[-1]:,.0f} steps/s, on {observed[-1]:,.0f} "
-                     f"steps/s ({ratio[-1]:.3f}); commits/step off {plain_commits[-1]:.3f}, on "
-                     f"{observed_commits[-1]:.3f}")
-    return [
-        Metric("8 observability", f"{n:,} procedures x 10 steps, 2 workers x {t} threads, progress and metrics off",
-               "steps/s", plain),
-        Metric("8 observability", "same, one ctx.progress() per step and --metrics-port on", "steps/s", observed),
-        Metric("8 observability", "throughput on / off", "ratio", ratio, "≥ 0.95", lambda v: v >= 0.95, digits=3),
-        Metric("8 observability", "commits per step, off (whole worker life)", "commits", plain_commits, digits=3),
-        Metric("8 observability", "commits per step, on", "commits",
-               observed_commits, digits=3),
-    ]
+        # Rotate which goes first, so a warming cache or a busy neighbour does not favour one side.
+        shift = run % len(variants)
+        for name, reporting, args, traced in variants[shift:] + variants[:shift]:
+            cls = TenStepsReporting if reporting else TenSteps
+            env = {"BENCH_TRACING": "1"} if traced else None
+            label = f"observability_{name.strip('+')}_{run}"
+            rate, per_step = _drain_steps(ctx, label, cls, n, args, env=env, traced=traced)
+            rates[name].append(rate)
+            commits[name].append(per_step)
+        for name in ratios:
+            ratios[name].append(rates[name][-1] / rates["baseline"][-1])
+        ctx.progress(f"  observability run {run + 1}: " + ", ".join(
+            f"{name} {rates[name][-1]:,.0f} steps/s" + (f" ({ratios[name][-1]:.3f})" if name in ratios else "")
+            + f" {commits[name][-1]:.3f} commits/step" for name in rates))
+    what = {"baseline": "progress, metrics and tracing off", "+progress": "one ctx.progress() per step",
+            "+metrics": "and --metrics-port on", "+otel": "and OpenTelemetry spans (SDK, batched, dropped)"}
+    metrics = [Metric("8 observability", f"baseline: {n:,} procedures x 10 steps, 2 workers x {t} threads, "
+                      f"{what['baseline']}", "steps/s", rates["baseline"])]
+    for name in ratios:
+        target, meets = ("≥ 0.95", lambda v: v >= 0.95) if name in ("+progress", "+metrics") else ("", None)
+        metrics.append(Metric("8 observability", f"{name}: {what[name]}", "steps/s", rates[name]))
+        metrics.append(Metric("8 observability", f"{name} / baseline throughput", "ratio", ratios[name], target,
+                              meets, digits=3))
+    for name in rates:
+        metrics.append(Metric("8 observability", f"commits per step, {name} (whole worker life)", "commits",
+                              commits[name], digits=3))
+    return metrics
 
 
 from benchmarks.fleet import fleet  # noqa: E402  (it uses this module's helpers)
@@ -500,9 +549,18 @@ BENCHMARKS: dict[str, Callable[[Context], list[Metric]]] = {
     "trees": trees,
     "schedules": schedules,
     "observability": observability,
+    "tasks": lambda ctx: _tasks_benchmark(ctx),
     "fleet": fleet,
 }
 #: Benchmarks a run without ``--only`` leaves out (except with ``--quick``): they are run on purpose.
 ON_PURPOSE = {"fleet"}
+
+
+def _tasks_benchmark(ctx: Context) -> list[Metric]:
+    from benchmarks.task_benchmark import tasks
+
+    return tasks(ctx)
+
+
 #: ``--only memory`` runs the throughput benchmark, whose workers it measures.
 ALIASES = {"memory": "throughput"}

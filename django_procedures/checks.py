@@ -86,6 +86,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
         errors.append(Error(f"PROCEDURES['METRICS_COUNT_CAP'] must be a positive integer; got {cap!r}",
                             hint="The default is 100000.", id="django_procedures.E014"))
+    errors.extend(_check_tracing(conf.TRACING))
     try:
         parse_duration(conf.RETENTION)
     except ValueError as error:
@@ -93,6 +94,21 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     errors.extend(_check_sqlite(concurrency))
     errors.extend(_check_pooler())
     return errors
+
+
+def _check_tracing(tracing: Any) -> list[Any]:
+    if tracing is not None and not isinstance(tracing, bool):
+        return [Error(f"PROCEDURES['TRACING'] must be None, True or False; got {tracing!r}",
+                      hint="None traces when the process has set an OpenTelemetry tracer provider; False never "
+                           "traces.", id="django_procedures.E015")]
+    if tracing is True:
+        try:
+            import opentelemetry.trace  # noqa: F401  (asked for: importing it is no cost to avoid)
+        except ImportError:
+            return [Error("PROCEDURES['TRACING'] is True, but opentelemetry-api is not installed",
+                          hint="pip install 'django-procedures[otel]', or set TRACING to None (trace only when "
+                               "OpenTelemetry is in use).", id="django_procedures.E016")]
+    return []
 
 
 def _check_pooler() -> list[Any]:
@@ -105,17 +121,17 @@ def _check_pooler() -> list[Any]:
         found.append(Error(f"PROCEDURES['POOLER'] must be None or {PGBOUNCER_TRANSACTION!r}; got {pooler!r}",
                            hint="None when the default database is reached directly (or through a pooler in "
                                 f"session mode); {PGBOUNCER_TRANSACTION!r} for PgBouncer in transaction mode.",
-                           id="django_procedures.E015"))
+                           id="django_procedures.E017"))
     if alias is not None:
         if not isinstance(alias, str) or alias not in settings.DATABASES:
             found.append(Error(f"PROCEDURES['LISTEN_DATABASE'] must name an alias of DATABASES; got {alias!r}",
                                hint=f"Known aliases: {', '.join(map(repr, settings.DATABASES))}. Add one that "
                                     "reaches the default database directly, not through the pooler.",
-                               id="django_procedures.E016"))
+                               id="django_procedures.E018"))
         elif "postgresql" not in settings.DATABASES[alias].get("ENGINE", ""):
             found.append(Error(f"PROCEDURES['LISTEN_DATABASE'] names {alias!r}, which is not PostgreSQL",
                                hint="LISTEN/NOTIFY is PostgreSQL's: name an alias of the same PostgreSQL database.",
-                               id="django_procedures.E016"))
+                               id="django_procedures.E018"))
     if pooler != PGBOUNCER_TRANSACTION:
         return found
     if conf.LISTEN_NOTIFY and alias is None:

@@ -62,6 +62,9 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_TOKEN": None,
     # Most rows each count of that view reads (per status; and due rows for the oldest-due ages).
     "METRICS_COUNT_CAP": 100_000,
+    # OpenTelemetry spans (extra [otel]): None traces when the process uses OpenTelemetry (it imported
+    # opentelemetry and set a tracer provider); True also requires opentelemetry-api (check E015); False never.
+    "TRACING": None,
 }
 
 

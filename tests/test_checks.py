@@ -1,3 +1,5 @@
+import sys
+
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -119,4 +121,25 @@ def test_metrics_settings(settings, code):
 
 def test_metrics_settings_accept_a_token_and_a_cap():
     with override_settings(PROCEDURES={"METRICS_TOKEN": "s3cret", "METRICS_COUNT_CAP": 5}):
+        assert [e for e in check_settings() if e.level >= 40] == []
+
+
+@pytest.mark.parametrize("value", ["yes", 1, "off"])
+def test_tracing_must_be_none_true_or_false(value):
+    with override_settings(PROCEDURES={"TRACING": value}):
+        (error,) = check_settings()
+    assert error.id == "django_procedures.E015" and "must be None, True or False" in error.msg
+
+
+def test_tracing_asked_for_without_opentelemetry_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "opentelemetry.trace", None)  # as if opentelemetry-api were not installed
+    with override_settings(PROCEDURES={"TRACING": True}):
+        (error,) = check_settings()
+    assert error.id == "django_procedures.E016"
+    assert "django-procedures[otel]" in error.hint
+
+
+@pytest.mark.parametrize("value", [None, True, False])
+def test_tracing_accepts_none_true_and_false_when_opentelemetry_is_installed(value):
+    with override_settings(PROCEDURES={"TRACING": value}):
         assert [e for e in check_settings() if e.level >= 40] == []

@@ -87,6 +87,23 @@ def test_the_core_and_the_worker_command_import_without_prometheus_client():
     assert "pip install 'django-procedures[prometheus]'" in done.stdout
 
 
+@pytest.mark.parametrize("path", list(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_opentelemetry_is_imported_only_inside_functions(path):
+    """Importing any module of the package never imports OpenTelemetry (runtime/tracing.py, trace_context.py)."""
+    tree = ast.parse(path.read_text())
+    in_functions = {id(inner) for outer in ast.walk(tree) if isinstance(outer, ast.FunctionDef | ast.AsyncFunctionDef)
+                    for inner in ast.walk(outer)}
+    at_import = [node for node in ast.walk(tree)
+                 if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in in_functions]
+    assert not {n for node in at_import for n in imports_of_node(node) if n.split(".")[0] == "opentelemetry"}
+
+
+def imports_of_node(node: ast.Import | ast.ImportFrom) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names}
+    return {node.module} if node.module and node.level == 0 else set()
+
+
 # -- the writer rule: django_procedures.store is the only writer of the procedures models -------------
 
 MODELS = {"ProcedureRun", "Step", "Lease", "Schedule", "KeyRequest", "Worker"}

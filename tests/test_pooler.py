@@ -17,7 +17,7 @@ POOLED = {"POOLER": "pgbouncer-transaction", "PREPARED_STATEMENTS": False}
 
 def pooler_findings():
     return [(e.id.rsplit(".", 1)[1], e) for e in check_settings() if e.id.split(".")[1] in
-            ("E015", "E016", "W002", "W003")]
+            ("E017", "E018", "W002", "W003")]
 
 
 def codes():
@@ -31,13 +31,13 @@ def test_no_pooler_no_findings():
 @override_settings(PROCEDURES={"POOLER": "pgbouncer"})
 def test_an_unknown_pooler_is_an_error_that_names_the_known_one():
     ((code, error),) = pooler_findings()
-    assert code == "E015" and "'pgbouncer-transaction'" in error.msg and "'pgbouncer'" in error.msg
+    assert code == "E017" and "'pgbouncer-transaction'" in error.msg and "'pgbouncer'" in error.msg
 
 
 @override_settings(PROCEDURES={**POOLED, "LISTEN_DATABASE": "direct"})
 def test_listen_database_must_be_an_alias():
     ((code, error),) = pooler_findings()
-    assert code == "E016" and "'direct'" in error.msg and "'default'" in error.hint
+    assert code == "E018" and "'direct'" in error.msg and "'default'" in error.hint
 
 
 def test_listen_database_must_be_postgresql(monkeypatch):
@@ -46,7 +46,7 @@ def test_listen_database_must_be_postgresql(monkeypatch):
     monkeypatch.setitem(settings.DATABASES, "direct", {"ENGINE": "django.db.backends.sqlite3", "NAME": "x"})
     with override_settings(PROCEDURES={**POOLED, "LISTEN_DATABASE": "direct"}):
         ((code, error),) = pooler_findings()
-    assert code == "E016" and "not PostgreSQL" in error.msg
+    assert code == "E018" and "not PostgreSQL" in error.msg
 
 
 @override_settings(PROCEDURES=POOLED)

@@ -8,6 +8,9 @@ from typing import Any
 from django.db.models import Count, Max, Min, Q
 
 from django_procedures import registry
+from django_procedures.admin.activity import duration_percentiles, finished_per_bucket, queue_depth
+from django_procedures.admin.chart_layout import bucket_start, fill_buckets, window_start
+from django_procedures.admin.charts import depth_chart, percentiles_chart, throughput_chart
 from django_procedures.admin.why import duration
 from django_procedures.models import ProcedureRun, Schedule, Worker
 from django_procedures.policy.status import CLAIMABLE, LEASED, RunStatus
@@ -89,6 +92,29 @@ def schedules_panel(limit: int = 10) -> dict[str, Any]:
     }
 
 
+#: (name, window, bucket seconds, a label every n buckets, accessible name) of the finished-per-bucket charts.
+THROUGHPUT = (("hour", timedelta(hours=1), 60, 10, "Procedures finished per minute over the last hour"),
+              ("day", timedelta(hours=24), 900, 12, "Procedures finished per 15 minutes over the last 24 hours"))
+
+
+def charts_panel(now: datetime) -> dict[str, Any]:
+    """The pictures: finished per minute (hour) and per 15 minutes (day), duration percentiles, queue depth."""
+    out: dict[str, Any] = {}
+    for name, window, seconds, every, label in THROUGHPUT:
+        until = bucket_start(now, seconds) + timedelta(seconds=seconds)
+        buckets = fill_buckets(finished_per_bucket(window_start(now, window, seconds), until, seconds),
+                               now, window, seconds)
+        out[name] = {"svg": throughput_chart(buckets, seconds, label, every, f"chart-{name}"), "label": label,
+                     "busy": [b for b in buckets if b.done or b.failed],
+                     "done": sum(b.done for b in buckets), "failed": sum(b.failed for b in buckets)}
+    percentiles = duration_percentiles(now - WINDOW, now)
+    out["percentiles"] = {"rows": percentiles, "svg": percentiles_chart(percentiles, "chart-percentiles")
+                          if percentiles else ""}
+    depth = queue_depth(now)
+    out["depth"] = {"rows": depth, "svg": depth_chart(depth, "chart-depth") if depth else ""}
+    return out
+
+
 def dashboard_context(now: datetime) -> dict[str, Any]:
     since = now - WINDOW
     lag = queue_lag(now)
@@ -104,4 +130,5 @@ def dashboard_context(now: datetime) -> dict[str, Any]:
         "workers": workers_panel(since),
         "unknown_types": unknown_types(registry.type_names()),
         "schedules": schedules_panel(),
+        "charts": charts_panel(now),
     }

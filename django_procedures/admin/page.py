@@ -26,6 +26,7 @@ from django_procedures.admin.display import (
 from django_procedures.admin.progress import children_bar, progress_bar
 from django_procedures.admin.reads import Node, Tree, lease_clock, load_tree, procedure_class, step_total
 from django_procedures.admin.redaction import redaction_for
+from django_procedures.admin.tree_timeline import text_version, tree_timeline
 from django_procedures.admin.why import Reason, explain
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.policy.status import RunStatus
@@ -137,6 +138,7 @@ def page_context(run: ProcedureRun) -> dict[str, Any]:
     redaction = redaction_for(run.type_name)
     total, machine = step_total(run.type_name)
     node = tree.nodes[run.id]
+    picture = tree_timeline(tree, run.id, now)
     children = [c for c in node.children if c.row.spawned_in == max(
         (k.row.spawned_in for k in node.children), default=0)]  # of the latest suspension
     return {
@@ -145,6 +147,8 @@ def page_context(run: ProcedureRun) -> dict[str, Any]:
         "tree_lines": tree_lines(tree, run.id, now, lease_now),
         "tree_truncated": tree.truncated,
         "tree_size": len(tree.nodes),
+        "timeline": picture,
+        "timeline_text": text_version(picture) if picture is not None else [],
         "reasons": explain(node.facts, now, lease_now) if node.facts is not None else (),
         "step_text": step_label(run.step, run.step_name, total, machine=machine,
                                 in_rollback=run.in_rollback and run.status not in FINAL),

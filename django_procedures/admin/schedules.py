@@ -40,11 +40,16 @@ TEMPLATES = "admin/django_procedures/schedule"
 RECENT_RUNS = 10
 DEFINITION = ("name", "procedure", "state", "mode", "period", "cron", "timezone", "initial_delay", "max_concurrency",
               "missed", "max_pending", "max_run_time", "queue")
-STATUS = ("status", "next_tick_detail", "last_tick_at", "last_error", "last_error_at", "from_code", "updated_at")
+STATUS = ("status", "next_tick_detail", "last_tick", "last_error", "last_error_when", "from_code", "updated")
 #: Columns the confirmation pages and the admin log read.
 SCHEDULE_FIELDS = ("id", "name", "procedure", "mode", "period", "cron", "timezone", "max_concurrency", "missed",
                    "max_pending", "enabled", "disabled_reason", "next_tick_at", "active_runs", "pending_ticks",
                    "from_code")
+
+
+def moment(value: Any) -> str:
+    """A time as the procedure pages show it, ``2026-12-01 02:10:00 UTC`` in the current time zone; ``—`` for none."""
+    return "—" if value is None else timestamp(timezone.localtime(value))
 
 
 class ScheduleForm(forms.ModelForm):
@@ -114,6 +119,7 @@ class ScheduleAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.Mo
     action_fields = SCHEDULE_FIELDS
     action_ordering = ("name",)
     change_form_template = f"{TEMPLATES}/change_form.html"
+    empty_value_display = "—"  # as the procedure pages show a time or value that is not there
 
     class Media:
         css = {"all": ("django_procedures/admin.css",)}
@@ -160,7 +166,7 @@ class ScheduleAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.Mo
             return format_html('<span class="proc-muted">{}</span>', _("paused"))
         if s.next_tick_at is None:
             return format_html('<span class="proc-muted">{}</span>', _("when its run finishes"))
-        return format_html('<span title="{}">{}</span>', timestamp(s.next_tick_at),
+        return format_html('<span title="{}">{}</span>', moment(s.next_tick_at),
                            display.relative(s.next_tick_at, timezone.now()))
 
     @admin.display(description=_("active · pending"), ordering="active_runs")
@@ -224,7 +230,22 @@ class ScheduleAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.Mo
     def next_tick_detail(self, s: Schedule) -> str:
         if s.next_tick_at is None or not s.enabled:
             return self.next_tick(s)
-        return format_html("{} ({})", timestamp(s.next_tick_at), display.relative(s.next_tick_at, timezone.now()))
+        return format_html("{} ({})", moment(s.next_tick_at), display.relative(s.next_tick_at, timezone.now()))
+
+    # Every time on the page in one format, the procedure pages' (Django's default renders these three as
+    # "Dec. 1, 2026, 2:05 a.m." beside "2026-12-01 02:10:00 UTC").
+
+    @admin.display(description=_("last tick at"))
+    def last_tick(self, s: Schedule) -> str:
+        return moment(s.last_tick_at)
+
+    @admin.display(description=_("last error at"))
+    def last_error_when(self, s: Schedule) -> str:
+        return moment(s.last_error_at)
+
+    @admin.display(description=_("updated at"))
+    def updated(self, s: Schedule) -> str:
+        return moment(s.updated_at)
 
     @admin.display(description=_("counts"))
     def metrics(self, s: Schedule) -> str:
@@ -258,7 +279,7 @@ class ScheduleAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.Mo
                                 '</td><td>{}</td><td>{}</td><td class="proc-error">{}</td></tr>', (
             (r.status, r.get_status_display(),
              reverse(f"{self.admin_site.name}:django_procedures_procedurerun_change", args=[r.pk]), str(r.id)[:8],
-             timestamp(r.tick_at) if r.tick_at else "—", display.run_duration(r.started_at, r.finished_at, now),
+             moment(r.tick_at), display.run_duration(r.started_at, r.finished_at, now),
              first_line(r.error, 80)) for r in runs))
         return format_html('<table id="sched-runs"><thead><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th>'
                            '</tr></thead><tbody>{}</tbody></table><p>{}</p>', _("status"), _("procedure"), _("tick"),

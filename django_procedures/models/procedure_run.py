@@ -116,6 +116,9 @@ class ProcedureRun(StoreWritten):
     # throttled), and when, on the recorded clock.
     progress = models.JSONField(null=True, blank=True)
     progress_updated_at = models.DateTimeField(null=True, blank=True)
+    # The W3C trace context (``{"traceparent": ..., "tracestate": ...}``) of the span current at submit, when
+    # OpenTelemetry is in use; the worker's claim spans are its children (see runtime/tracing.py).
+    trace_context = models.JSONField(null=True, blank=True)
 
     objects = ProcedureRunQuerySet.as_manager()
     _writer = _WritableRunQuerySet.as_manager()  # the store's door; see models/readonly.py
@@ -145,6 +148,10 @@ class ProcedureRun(StoreWritten):
             models.Index(fields=["root"], condition=Q(root__isnull=False), name="procedures_root_idx"),
             # Retention: finished roots oldest first.
             models.Index(fields=["finished_at"], condition=Q(root__isnull=True), name="procedures_prune_idx"),
+            # The dashboard's charts: procedures finished in a time range, by outcome (an index-only scan).
+            # Partial: unfinished rows, the ones updated at every claim and heartbeat, are not in it.
+            models.Index(fields=["finished_at", "status"], condition=Q(finished_at__isnull=False),
+                         name="procedures_finished_idx"),
             # The admin's list: newest first (ORDER BY created_at DESC, id DESC), unfiltered or filtered by
             # status, type or queue, each read from one index range in list order.
             models.Index(fields=["created_at", "id"], name="procedures_created_idx"),

@@ -24,6 +24,9 @@ class Step(StoreWritten):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField()
     error = models.TextField(blank=True)
+    # A failed attempt's traceback (bounded like ProcedureRun.traceback, which keeps only the latest). The
+    # database default lets workers of the previous release, and the raw inserts of done steps, leave it out.
+    traceback = models.TextField(blank=True, default="", db_default="")
     # The state this attempt committed (done steps only).
     state = models.JSONField(null=True, blank=True, encoder=StateEncoder)
 

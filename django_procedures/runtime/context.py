@@ -55,6 +55,8 @@ class Context:
     children: tuple[ChildResult, ...] = ()
     #: Where ``progress()`` reports go (a ``runtime.progress.ProgressRecorder``); None: nowhere.
     progress_recorder: Any = field(default=None, repr=False)
+    #: The ``store.claim.Claim`` the step runs under (internal: the tasks backend reports an attempt from it).
+    _claim: Any = field(default=None, repr=False)
     logger: logging.LoggerAdapter[logging.Logger] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -121,7 +121,7 @@ def _execute(running: RunningClaim) -> Outcome:
             if outcome is not None:
                 return outcome
     except LeaseLost:
-        observe.fenced_write(claim.type_name)
+        observe.fenced_write(claim)
         logger.info("procedure %s: lease token %s was lost; dropping this worker's result", claim.id,
                     claim.lease_token, extra=log_extra(claim))
         return Outcome.LOST
@@ -208,7 +208,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
     while True:
         ctx = Context(procedure_id=claim.id, type_name=claim.type_name, attempt=attempt, step_index=index,
                       step_name=spec.name, lease_token=claim.lease_token, activity=activity,
-                      children=running.children, progress_recorder=running.progress)
+                      children=running.children, progress_recorder=running.progress, _claim=claim)
         started, t0 = clock.now(), time.monotonic()
         running.current, running.step_index, running.step_attempt = spec, index, attempt
         running.step_started_at = started
@@ -242,20 +242,20 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         if status.kind == "suspended" and status.children:
             running.progress.before_final_write()
             reconnect.record(running, safe, partial(_suspend, procedure, claim, records, following, status, record))
-            observe.steps_committed(claim.type_name, records)
+            observe.steps_committed(claim, records)
             return Outcome.SUSPENDED
         if following is None:
             running.progress.before_final_write()
             reconnect.record(running, safe,
                              partial(transitions.complete, claim, records, procedure.state, status.output))
-            observe.steps_committed(claim.type_name, records)
+            observe.steps_committed(claim, records)
             return Outcome.COMPLETED
         if status.kind == "executing" and not status.persist and spec.idempotent and following.idempotent:
             index, spec = index + 1, following  # the group is one try: its steps share its attempt number
             continue
         reconnect.record(running, safe,
                          partial(transitions.commit_checkpoint, claim, records, procedure.state, following.name))
-        observe.steps_committed(claim.type_name, records)
+        observe.steps_committed(claim, records)
         return None
 
 
@@ -303,10 +303,10 @@ def _record_failure(procedure: Procedure, cls: type[Procedure], running: Running
     if not isinstance(decision, RetryDecision):
         outcome = hooks.fail_now(procedure, cls, running, error_text(error), failed.trace, record=failed.record,
                                  manual_retry=decision.manual_retry)
-        observe.step_failed(claim.type_name, failed.record)
+        observe.step_failed(claim, failed.record, error)
         return outcome
     transitions.fail_attempt(claim, failed.record, error_text(error), failed.trace, decision)
-    observe.step_failed(claim.type_name, failed.record)
+    observe.step_failed(claim, failed.record, error)
     logger.warning("procedure %s step %s attempt %s failed (retrying): %s", claim.id, failed.record.name,
                    failed.record.attempt, error_text(error), extra=log_extra(claim))
     return Outcome.RETRIED
@@ -334,7 +334,7 @@ def fail_overdue(running: RunningClaim) -> bool:
                            hand_off=True, at_step=running.group_step)
     except LeaseLost:
         return False
-    observe.step_failed(claim.type_name, record)
+    observe.step_failed(claim, record, error)
     return True
 
 

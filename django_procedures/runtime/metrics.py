@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django_procedures import clock
+from django_procedures.runtime.observe import seconds
 
 logger = logging.getLogger("django_procedures.worker")
 
@@ -70,18 +71,19 @@ class WorkerMetrics:
             if getattr(c, "run_at", None) is not None:
                 self.pickup_delay.observe(max(0.0, (now - c.run_at).total_seconds()))
 
-    def step_ended(self, type_name: str, outcome: str, seconds: float) -> None:
-        self.steps.labels(type_name, outcome).inc()
-        self.step_duration.labels(type_name).observe(seconds)
+    def step_ended(self, claim: Any, record: Any, outcome: str, error: BaseException | None) -> None:
+        self.steps.labels(claim.type_name, outcome).inc()
+        self.step_duration.labels(claim.type_name).observe(seconds(record))
 
-    def outcome(self, type_name: str, value: str) -> None:
+    def outcome(self, running: Any, value: str) -> None:
+        type_name = running.claim.type_name
         if value in FINISHED:
             self.finished.labels(type_name, FINISHED[value]).inc()
         elif value == "lost":
             self.leases_lost.inc()
             self.steps.labels(type_name, "lost").inc()
 
-    def fenced_write(self, type_name: str) -> None:
+    def fenced_write(self, claim: Any) -> None:
         self.fenced_writes.inc()
 
 

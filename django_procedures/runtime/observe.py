@@ -1,7 +1,11 @@
-"""Hooks for metrics: what a worker's executor and main loop tell observers (none by default: no cost).
+"""Hooks for metrics and traces: what a worker's executor and main loop tell observers (none by default: no cost).
 
-An observer is any object with the methods these functions call; ``runtime.metrics.WorkerMetrics`` is one.
-Observers must not raise: a failing one is logged and the worker carries on.
+An observer is any object with some of the methods these functions call (a
+method it lacks is skipped); ``runtime.metrics.WorkerMetrics`` and
+``runtime.tracing.Tracing`` are two. Observers must not raise: a failing one
+is logged and the worker carries on. Every hook but :func:`claimed` runs on
+the executor thread that runs the claim (:func:`step_failed` also on the
+heartbeat thread, for a step past its timeout).
 """
 
 from __future__ import annotations
@@ -14,46 +18,59 @@ from django.db import transaction
 
 logger = logging.getLogger("django_procedures.worker")
 
-#: Registered observers; empty unless ``procedures_worker --metrics-port`` (or embedding code) adds one.
+#: Registered observers; empty unless ``procedures_worker --metrics-port``, tracing (``runtime.tracing``) or
+#: embedding code adds one.
 observers: list[Any] = []
 
 
 def _emit(name: str, *args: Any) -> None:
     for observer in observers:
+        method = getattr(observer, name, None)
+        if method is None:
+            continue
         try:
-            getattr(observer, name)(*args)
-        except Exception:  # metrics must never stop a worker
-            logger.exception("metrics observer %r failed in %s", observer, name)
+            method(*args)
+        except Exception:  # metrics and traces must never stop a worker
+            logger.exception("observer %r failed in %s", observer, name)
 
 
 def claimed(claims: Sequence[Any]) -> None:
+    """The main loop leased ``claims`` (``store.claim.Claim``); threads take them up later."""
     if observers:
         _emit("claimed", claims)
 
 
-def steps_committed(type_name: str, records: Sequence[Any]) -> None:
-    """``records`` (``transitions.StepRecord``) were written as ``done``: counted once their transaction commits."""
+def claim_started(running: Any) -> None:
+    """A thread took up ``running`` (``runtime.running.RunningClaim``) and runs it now."""
     if observers:
-        ended = [(type_name, "done", _seconds(r)) for r in records]
-        transaction.on_commit(lambda: [_emit("step_ended", *args) for args in ended])
+        _emit("claim_started", running)
 
 
-def step_failed(type_name: str, record: Any) -> None:
+def steps_committed(claim: Any, records: Sequence[Any]) -> None:
+    """``records`` (``transitions.StepRecord``) were written as ``done``: reported once their transaction commits."""
+    if observers:
+        done = list(records)
+        transaction.on_commit(lambda: [_emit("step_ended", claim, r, "done", None) for r in done])
+
+
+def step_failed(claim: Any, record: Any, error: BaseException | None = None) -> None:
+    """The attempt ``record`` failed, raising ``error``."""
     if observers and record is not None:
-        _emit("step_ended", type_name, "failed", _seconds(record))
+        _emit("step_ended", claim, record, "failed", error)
 
 
-def outcome(type_name: str, value: str) -> None:
-    """A claim's run ended (``Outcome`` value): finished procedures and lost leases are counted from it."""
+def outcome(running: Any, value: str) -> None:
+    """``running``'s run ended (``Outcome`` value): finished procedures and lost leases are counted from it."""
     if observers:
-        _emit("outcome", type_name, value)
+        _emit("outcome", running, value)
 
 
-def fenced_write(type_name: str) -> None:
+def fenced_write(claim: Any) -> None:
     """A write refused by the fence: the lease had moved, the result was dropped."""
     if observers:
-        _emit("fenced_write", type_name)
+        _emit("fenced_write", claim)
 
 
-def _seconds(record: Any) -> float:
+def seconds(record: Any) -> float:
+    """How long a step attempt (``transitions.StepRecord``) ran."""
     return max(0.0, (record.finished_at - record.started_at).total_seconds())

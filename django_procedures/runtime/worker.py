@@ -23,7 +23,7 @@ from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost, ProceduresNotMigrated
 from django_procedures.policy.prefetch import GIVE_BACK_SECONDS, Prefetch, stale, to_claim
 from django_procedures.policy.workers import StopReason, stop_reason
-from django_procedures.runtime import observe, reporting
+from django_procedures.runtime import observe, reporting, tracing
 from django_procedures.runtime.chores import Chore
 from django_procedures.runtime.connections import (
     APPLICATION_NAME_PREFIX,
@@ -120,6 +120,7 @@ class Worker:
         if created:
             logger.info("worker %s: created schedules declared in code: %s", self.id, ", ".join(created))
         self.row.register()
+        traced = tracing.start()  # None unless the process uses OpenTelemetry
         self.crew.start()
         self.heartbeat.start()
         error = ""
@@ -131,6 +132,7 @@ class Worker:
             error = error_text(raised)
             raise
         finally:
+            tracing.stop(traced)
             self.heartbeat.stop()
             self.row.stop(StopReason.ERROR if error else stop_reason(self._stop_reason or ""), error)
             self.waker.close()
@@ -326,6 +328,7 @@ class Worker:
                         continue
                     running.taken_at = started = time.monotonic()
                     self.crew.take(running)
+                observe.claim_started(running)
                 try:
                     outcome = execute(running)
                 except BaseException as error:  # a bug, or foreign code the executor did not contain
@@ -333,7 +336,7 @@ class Worker:
                                      "attempt", running.claim.id, extra=log_extra(running.claim))
                     outcome = record_crash(running, error, trace_text())
                 self.stats[_STAT[outcome]] += 1
-                observe.outcome(running.claim.type_name, outcome.value)
+                observe.outcome(running, outcome.value)
                 with self._lock:
                     self.crew.done()
                     if self.running.pop((running.claim.id, running.claim.lease_token), None) is not None:

@@ -49,11 +49,19 @@ class Claim:
     deadline: datetime | None = None
     #: When it was due: the pickup delay metric is measured from it.
     run_at: datetime | None = None
+    #: The submitter's W3C trace context (see ``django_procedures.trace_context``), or None.
+    trace_context: dict[str, str] | None = None
+    #: The row's times and priority as claimed, and the claiming worker: what the tasks backend reports of an
+    #: attempt without reading the row again.
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    priority: int = 0
+    worker: str = ""
 
 
 _FIELDS = ["id", "type_name", "state", "step", "step_name", "attempt", "failures", "lost", "lease_token", "queue",
            "parent_id", "root_id", "depth", "suspension", "spawned_in", "schedule_id", "in_rollback", "lock_keys",
-           "run_at"]
+           "run_at", "trace_context", "created_at", "started_at", "priority"]
 
 _DEADLINE = ("started_at", "retried_at", "schedule__max_run_time")
 
@@ -187,8 +195,8 @@ def _lease(worker: str, ids: list[uuid.UUID], lease_seconds: float, now: datetim
               expires_at=rows[pid]["lease_expires_at"])
         for pid in ids
     )
-    return [Claim(**{k: rows[pid][k] for k in _FIELDS}, deadline=_deadline(*(rows[pid][k] for k in _DEADLINE)))
-            for pid in ids]
+    return [Claim(**{k: rows[pid][k] for k in _FIELDS}, deadline=_deadline(*(rows[pid][k] for k in _DEADLINE)),
+                  worker=worker) for pid in ids]
 
 
 def _run_pg(picked: str, worker: str, lease_seconds: float, now: datetime, **params: Any) -> list[Claim]:
@@ -201,10 +209,10 @@ def _run_pg(picked: str, worker: str, lease_seconds: float, now: datetime, **par
     claims = []
     for row in rows:
         values = dict(zip(_FIELDS, row[:-1], strict=True))
-        for name in ("state", "lock_keys"):
+        for name in ("state", "lock_keys", "trace_context"):
             if isinstance(values[name], str):
                 values[name] = json.loads(values[name])
-        claims.append(Claim(**values, deadline=row[-1]))
+        claims.append(Claim(**values, deadline=row[-1], worker=worker))
     return claims
 
 

@@ -22,6 +22,7 @@ from django_procedures.store.db import is_postgresql
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
 from django_procedures.store.schema import tables_required
+from django_procedures.trace_context import capture
 
 if TYPE_CHECKING:
     from django_procedures.procedure import Procedure
@@ -101,7 +102,7 @@ def build_row(cls: type[Procedure], state: Mapping[str, Any] | None, *, key: str
         priority=cls.priority if priority is None else priority,
         key=key, run_at=resolve_run_at(run_after, now), created_at=now, lock_keys=lock_keys_of(cls, plain),
         parent_id=parent and parent.id, root_id=parent and parent.root_id, depth=parent.depth + 1 if parent else 0,
-        spawned_in=parent.suspension if parent else 0, position=position,
+        spawned_in=parent.suspension if parent else 0, position=position, trace_context=capture(),
     )
     # Positional arguments skip Model.__init__'s keyword lookup of every field: half the cost of a row
     # (a tick builds thousands).

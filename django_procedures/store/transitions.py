@@ -259,10 +259,10 @@ def _truncate(text: str, limit: int, keep_tail: bool = False) -> str:
     return marker + text[-(limit - len(marker)):] if keep_tail else text[: limit - len(marker)] + marker
 
 
-def _failed_step(claim: Claim, record: StepRecord, error: str) -> None:
+def _failed_step(claim: Claim, record: StepRecord, error: str, traceback: str = "") -> None:
     Step._writer.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
                         status=StepStatus.FAILED, lease_token=claim.lease_token, started_at=record.started_at,
-                        finished_at=record.finished_at, error=error)
+                        finished_at=record.finished_at, error=error, traceback=traceback)
 
 
 def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback: str,
@@ -287,7 +287,7 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
                           failures=decision.failures, attempt=claim.attempt + 1, error=error, traceback=traceback,
                           **_LEASE_CLEARED)
             if record is not None:
-                _failed_step(claim, record, error)
+                _failed_step(claim, record, error, traceback)
             close_lease(claim.id, claim.lease_token, LeaseOutcome.RETRIED)
         send_after_commit(signals.procedure_retrying, procedure_id=claim.id, type_name=claim.type_name, error=error)
         return
@@ -299,7 +299,7 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
                           traceback=traceback, failed_step=failed_step, failure_can_retry=decision.manual_retry,
                           pending_children=0, **lease)
             if record is not None:
-                _failed_step(claim, record, error)
+                _failed_step(claim, record, error, traceback)
             tree.cancel_subtree(claim.id, f"cancelled: ancestor {claim.id} failed", include_self=False)
             if hand_off:
                 close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
@@ -314,7 +314,7 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
                       failure_can_retry=decision.manual_retry, finished_at=clock.now(), pending_children=0,
                       **_LEASE_CLEARED)
         if record is not None:
-            _failed_step(claim, record, error)
+            _failed_step(claim, record, error, traceback)
         tree.cancel_subtree(claim.id, f"cancelled: ancestor {claim.id} failed", include_self=False)
         close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
         return True

@@ -27,18 +27,21 @@ def backend_alias() -> str | None:
     return None
 
 
-def _finished(sender: Any, procedure_id: Any, type_name: str, **kwargs: Any) -> None:
+def _finished(sender: Any, procedure_id: Any, type_name: str, signal: Any = None, **kwargs: Any) -> None:
     from django_procedures.tasks.backend import ProceduresBackend
     from django_procedures.tasks.compat import task_finished
-    from django_procedures.tasks.results import read_result
-    from django_procedures.tasks.runs import is_task_type
+    from django_procedures.tasks.results import read_result, succeeded
+    from django_procedures.tasks.runs import is_task_type, succeeded_here
 
     if not is_task_type(type_name) or not task_finished.receivers:
         return
     alias = backend_alias()
     if alias is None:
         return
-    task_finished.send(sender=ProceduresBackend, task_result=read_result(alias, procedure_id))
+    # A success on this thread is reported from what its worker holds; any other ending is read from the run.
+    attempt = succeeded_here(procedure_id) if signal is signals.procedure_done else None
+    result = succeeded(*attempt) if attempt is not None else read_result(alias, procedure_id)
+    task_finished.send(sender=ProceduresBackend, task_result=result)
 
 
 def connect() -> None:

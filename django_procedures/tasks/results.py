@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import builtins
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from django.utils.module_loading import import_string
 
+from django_procedures import clock
 from django_procedures import exceptions as procedure_exceptions
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.policy.status import LeaseOutcome, RunStatus, StepStatus
@@ -83,34 +85,68 @@ def read_result(alias: str, result_id: Any) -> TaskResult:
     if row is None:
         raise TaskResultDoesNotExist(result_id)
     task = _task_of(row["type_name"].removeprefix(TYPE_PREFIX), alias)
+    return _build(alias, _as_enqueued(task, row["queue"], row["priority"], alias), row)
+
+
+def _as_enqueued(task: Any, queue: str, priority: int, alias: str) -> Any:
+    """``task`` with the queue and priority its run was enqueued with (itself when they are its defaults)."""
+    if (task.queue_name, task.priority, task.backend) == (queue, priority, alias):
+        return task
     try:
-        task = task.using(queue_name=row["queue"], priority=row["priority"], backend=alias)
+        return task.using(queue_name=queue, priority=priority, backend=alias)
     except InvalidTask:
-        pass  # the backend's settings changed since the enqueue: the task as its module defines it
-    return _build(alias, task, row)
+        return task  # the backend's settings changed since the enqueue: the task as its module defines it
 
 
-def running_result(procedure_id: uuid.UUID, task: Any, args: list[Any], kwargs: dict[str, Any]) -> TaskResult:
-    """The ``RUNNING`` result a task's own attempt sees (``TaskContext.task_result``, ``task_started``)."""
-    row = ProcedureRun.objects.filter(id=procedure_id).values(*_ROW).get()
-    row.update(status=RunStatus.RUNNING, state={"args": args, "kwargs": kwargs})
-    return _build(task.backend, task, row)
+def attempt_result(ctx: Any, task: Any, args: list[Any], kwargs: dict[str, Any]) -> TaskResult:
+    """The ``RUNNING`` result a task's own attempt sees (``TaskContext.task_result``, ``task_started``).
+
+    Built from the claim the worker holds: a run's first claim reads nothing
+    more; a later one reads its earlier attempts (leases and failed steps).
+    """
+    claim = ctx._claim
+    if claim is None:  # pragma: no cover - every executor-made Context carries its claim
+        row = ProcedureRun.objects.filter(id=ctx.procedure_id).values(*_ROW).get()
+        row.update(status=RunStatus.RUNNING, state={"args": args, "kwargs": kwargs})
+        return _build(task.backend, task, row)
+    row = {"id": claim.id, "status": RunStatus.RUNNING, "state": {"args": args, "kwargs": kwargs}, "output": None,
+           "error": "", "traceback": "", "created_at": claim.created_at, "started_at": claim.started_at,
+           "finished_at": None}
+    task = _as_enqueued(task, claim.queue, claim.priority, task.backend)
+    first = (claim.worker, claim.started_at) if claim.lease_token == 1 else None
+    return _build(task.backend, task, row, first_claim=first)
 
 
-def _build(alias: str, task: Any, row: dict[str, Any]) -> TaskResult:
-    claims = list(Lease.objects.filter(procedure_id=row["id"]).exclude(outcome=LeaseOutcome.RELEASED)
-                  .order_by("token").values_list("worker", "claimed_at"))
-    failures = list(Step.objects.filter(procedure_id=row["id"], status=StepStatus.FAILED)
-                    .order_by("index", "attempt", "id").values_list("error", flat=True))
-    errors = [TaskError(exception_class_path=_exception_path(text), traceback=text) for text in failures]
+def succeeded(running: TaskResult, output: Any) -> TaskResult:
+    """``running`` (an attempt's result) as it reads once the attempt has committed the run ``done``."""
+    result = replace(running, status=TaskResultStatus.SUCCESSFUL, finished_at=clock.now())
+    object.__setattr__(result, "_return_value", output)
+    return result
+
+
+def _build(alias: str, task: Any, row: dict[str, Any], first_claim: tuple[str, Any] | None = None) -> TaskResult:
+    """The result of the run ``row``; ``first_claim`` (worker, claimed at) when the run has had no other claim,
+    so that there are no earlier leases or failed attempts to read."""
+    if first_claim is not None:
+        claims: list[tuple[str, Any]] = [first_claim]
+        failures: list[tuple[str, str]] = []
+    else:
+        claims = list(Lease.objects.filter(procedure_id=row["id"]).exclude(outcome=LeaseOutcome.RELEASED)
+                      .order_by("token").values_list("worker", "claimed_at"))
+        failures = list(Step.objects.filter(procedure_id=row["id"], status=StepStatus.FAILED)
+                        .order_by("index", "attempt", "id").values_list("error", "traceback"))
+    # Each failed attempt keeps its traceback; a row written before Step.traceback existed has only its error
+    # text, and the run keeps the traceback of its latest failure.
+    errors = [TaskError(exception_class_path=_exception_path(text), traceback=trace or text)
+              for text, trace in failures]
     status = row["status"]
-    if errors and row["traceback"] and row["error"] == failures[-1]:
-        # The run keeps the whole traceback of its latest failed attempt only.
+    last_error = failures[-1][0] if failures else None
+    if errors and not failures[-1][1] and row["traceback"] and row["error"] == last_error:
         errors[-1] = TaskError(exception_class_path=errors[-1].exception_class_path, traceback=row["traceback"])
     if status == RunStatus.CANCELLED:
         errors.append(TaskError(exception_class_path=f"{__name__}.{TaskCancelled.__qualname__}",
                                 traceback=f"{TaskCancelled.__qualname__}: {row['error'] or 'cancelled'}"))
-    elif status in (RunStatus.FAILED, RunStatus.ROLLED_BACK) and (not failures or row["error"] != failures[-1]):
+    elif status in (RunStatus.FAILED, RunStatus.ROLLED_BACK) and (not failures or row["error"] != last_error):
         # Failed without a failed attempt of its own (lost too often, interrupted, failed while waiting).
         errors.append(TaskError(exception_class_path=_exception_path(row["error"]),
                                 traceback=row["traceback"] or row["error"]))

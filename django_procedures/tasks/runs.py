@@ -86,14 +86,16 @@ class TaskProcedure(Procedure):
 
     def call_task(self, ctx: Context) -> Status:
         from django_procedures.tasks.backend import ProceduresBackend
-        from django_procedures.tasks.compat import TaskContext, task_started
-        from django_procedures.tasks.results import running_result
+        from django_procedures.tasks.compat import TaskContext, task_finished, task_started
+        from django_procedures.tasks.results import attempt_result
 
         task = type(self).task
         args, kwargs = list(self.state.get("args", [])), dict(self.state.get("kwargs", {}))
+        _succeeded.pending = None
         result = None
-        if task.takes_context or task_started.receivers:
-            result = running_result(ctx.procedure_id, task, args, kwargs)
+        if task.takes_context or task_started.receivers or task_finished.receivers:
+            result = attempt_result(ctx, task, args, kwargs)
+        if task_started.receivers:
             # A failing receiver is logged; it never fails the task.
             for receiver, outcome in task_started.send_robust(sender=ProceduresBackend, task_result=result):
                 if isinstance(outcome, Exception):
@@ -115,7 +117,24 @@ class TaskProcedure(Procedure):
         except TypeError as error:
             raise NonRetryable(f"{error}. Return JSON from the task; its arguments are kept, so the task can be "
                                "retried once it does") from None
+        if result is not None:
+            _succeeded.pending = (ctx.procedure_id, result, output)
         return Status.done(output=output)
+
+
+#: The attempt this thread ran last, when it returned: ``(procedure id, running result, output)``. The
+#: ``task_finished`` signal of its ``procedure_done`` (sent on this thread once the completion commits) is
+#: built from it, without reading the run again.
+_succeeded = threading.local()
+
+
+def succeeded_here(procedure_id: Any) -> tuple[Any, Any] | None:
+    """``(running result, output)`` of the attempt of ``procedure_id`` that this thread just completed, or None."""
+    pending = getattr(_succeeded, "pending", None)
+    if pending is None or pending[0] != procedure_id:
+        return None
+    _succeeded.pending = None
+    return pending[1], pending[2]
 
 
 def _registered(cls: type[TaskProcedure]) -> bool:

@@ -231,6 +231,25 @@ class TolerantParent(Parent):
         self.state.setdefault("failed_children", []).append(child.error)
 
 
+class Pipeline(Procedure):
+    """Spawns a Flaky (failing its first ``flaky`` attempts), a ThreeSteps and a Leaf that refuses; tolerates the
+    failure and collects the children's statuses (the tree timeline's picture: retries, a failure, waiting)."""
+
+    type_name = "testapp.Pipeline"
+
+    @step
+    def spawn(self, ctx):
+        return Status.suspended([Flaky({"fail_times": self.state.get("flaky", 2)}), ThreeSteps({}),
+                                 Leaf({"n": 1, "fail": True})])
+
+    @step
+    def collect(self, ctx):
+        return Status.done(output=[c.status for c in ctx.children])
+
+    def on_child_failed(self, ctx, child):
+        self.state.setdefault("failed_children", []).append(child.error)
+
+
 class SuspendsLast(Procedure):
     type_name = "testapp.SuspendsLast"
 

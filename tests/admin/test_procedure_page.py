@@ -56,7 +56,9 @@ def test_a_running_procedure_is_leased_and_a_key_waiter_names_the_holder(operato
     assert claim("worker-8@host", type_names=[KeyHolder.type_name], limit=1, lease_seconds=30) == []
 
     holder_text = text_of(operator_client.get(page_url(holder.id)))
-    assert "running, leased by worker worker-7@host; last heartbeat 0s ago (lease expires in" in holder_text
+    # How long ago depends on how busy the machine is: the words around it do not.
+    assert re.search(r"running, leased by worker worker-7@host; last heartbeat [0-9][0-9a-z. ]* ago \(lease expires in",
+                     holder_text), holder_text
     waiter_text = text_of(operator_client.get(page_url(waiter.id)))
     assert f"waiting for lock key 'tenant:acme' (exclusive) held by procedure {holder.id}" in waiter_text
 

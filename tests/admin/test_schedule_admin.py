@@ -264,3 +264,16 @@ def test_a_schedule_that_cannot_tick_shows_why_in_the_list_and_on_its_page(clien
                      r'<span class="proc-error proc-reason">no procedure class is registered as', unescape(listing))
     page = unescape(client.get(schedule_url(s.id)).content.decode())
     assert re.search(r"Last error:.*?no procedure class is registered as 'gone.Removed'", page, re.S)
+
+
+def test_every_time_on_the_page_reads_in_one_format(client):
+    s = make("formats", period=MIN)
+    tick(T0)
+    drain(now=T0)
+    Schedule._writer.filter(id=s.id).update(last_error="boom", last_error_at=T0 + MIN, updated_at=T0 + 2 * MIN)
+    page = text(client.get(schedule_url(s.id)))
+    status = page[page.index("Next tick:"):page.index("Metrics")]
+    assert re.findall(r"(Next tick|Last tick at|Last error at|Updated at): (\S+ \S+ \S+)", status) == [
+        ("Next tick", "2030-01-01 12:01:00 UTC"), ("Last tick at", "2030-01-01 12:00:00 UTC"),
+        ("Last error at", "2030-01-01 12:01:00 UTC"), ("Updated at", "2030-01-01 12:02:00 UTC")]
+    assert not re.search(r"\b[ap]\.m\.|noon|midnight", page)

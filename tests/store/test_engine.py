@@ -53,6 +53,13 @@ def test_budget_exhausted_records_the_failure():
     assert run.failure_can_retry is True
     assert run.finished_at == T0 + timedelta(seconds=30)
     assert run.failures == 3
+    # Each failed attempt's Step row keeps its own traceback; the run keeps the latest one.
+    failed = list(Step.objects.filter(procedure_id=handle.id, status="failed").order_by("attempt")
+                  .values_list("attempt", "error", "traceback"))
+    assert [(a, e) for a, e, _ in failed] == [(n, f"RuntimeError: flaky failure on attempt {n}") for n in (1, 2, 3)]
+    for n, _, trace in failed:
+        assert trace.startswith("Traceback (most recent call last)") and f"on attempt {n}" in trace
+    assert failed[-1][2] == run.traceback
     outcomes = list(Lease.objects.filter(procedure_id=handle.id).values_list("outcome", flat=True))
     assert outcomes == ["retried", "retried", "failed"]  # prepare and work 1, then work 2, then work 3
 

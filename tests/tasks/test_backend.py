@@ -132,7 +132,9 @@ def test_retries_record_one_error_and_one_worker_per_attempt():
     assert result.return_value == {"attempt": 3, "worker_ids": 3}  # context.attempt is 1-based
     assert [e.exception_class_path for e in result.errors] == ["builtins.ValueError"] * 2
     assert result.errors[0].exception_class is ValueError
-    assert "attempt 1 fails on purpose" in result.errors[0].traceback
+    for n, error in enumerate(result.errors, start=1):  # each attempt's own traceback, not only the last one's
+        assert error.traceback.startswith("Traceback (most recent call last)")
+        assert f"attempt {n} fails on purpose" in error.traceback
     assert len(result.worker_ids) == 3
 
 
@@ -176,9 +178,18 @@ def test_bad_options_are_configuration_errors(options):
         ProceduresBackend("default", {"OPTIONS": options})
 
 
+def takes_no_context(n):
+    return n
+
+
 def test_bad_task_options_are_refused():
     with pytest.raises(InvalidTask, match=r"retry must be a django_procedures\.RetryPolicy"):
         ProceduresTask(func=fails_always, retry={"max_attempts": 2})
+    with pytest.raises(InvalidTask, match="atomic must be True or False; got 'yes'"):
+        ProceduresTask(func=fails_always, atomic="yes")
+    with pytest.raises(InvalidTask, match="Task takes context but does not have a first argument of 'context'"):
+        ProceduresTask(func=takes_no_context, takes_context=True)
+    assert not ProcedureRun.objects.exists()
     assert ProceduresTask(func=fails_always, retry=RetryPolicy(max_attempts=2)).retry.max_attempts == 2
 
 

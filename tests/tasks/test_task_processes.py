@@ -7,8 +7,10 @@ results are read in this process, which is never the one that ran the task.
 from __future__ import annotations
 
 import signal
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from django_procedures.models import Lease, ProcedureRun
 from django_procedures.tasks.compat import TaskResultStatus, task_backends
@@ -62,6 +64,23 @@ def test_workers_run_tasks_and_any_process_reads_the_results(workers):
         assert w.wait(30) == 0
 
 
+def test_a_real_worker_keeps_deferral_and_priorities(workers):
+    later = timezone.now() + timedelta(seconds=3)
+    deferred = tasks.add.using(run_after=later).enqueue(1, 1)
+    low = tasks.add.using(priority=-5).enqueue(1, 2)
+    high = tasks.add.using(priority=50).enqueue(1, 3)
+    middle = tasks.add.enqueue(1, 4)
+    # One thread claiming one task at a time: the claims are in the order the queue gives them.
+    w = workers.start("--concurrency", "1", procedures={**FAST, "PREFETCH": 0})
+    wait_finished(deferred, timeout=60, workers=workers)
+    for result in (low, high, middle):
+        result.refresh()
+    assert [r.return_value for r in sorted((low, high, middle), key=lambda r: r.started_at)] == [4, 5, 3]
+    assert deferred.started_at >= later and deferred.return_value == 2
+    w.signal(signal.SIGTERM)
+    assert w.wait(30) == 0
+
+
 def test_a_task_lost_with_its_worker_runs_again_and_its_writes_commit_once(workers, tmp_path):
     marker = tmp_path / "marker"
     result = tasks.record_slowly.enqueue(str(marker), 30)
@@ -106,3 +125,22 @@ def test_a_non_json_return_value_fails_the_task_saying_what_to_change(workers):
     assert result.status == TaskResultStatus.FAILED
     assert "is a date, which is not JSON" in ProcedureRun.objects.get(id=result.id).error
     assert result.args == [] and result.worker_ids == [w.worker_id]
+
+
+def test_each_failed_attempt_keeps_its_own_traceback(workers):
+    result = tasks.flaky.enqueue(succeed_on=3)
+    a = workers.start("--concurrency", "2", procedures=FAST)
+    b = workers.start(procedures=FAST)
+    wait_finished(result, timeout=60, workers=workers)
+
+    assert result.return_value == {"attempt": 3, "worker_ids": 3}
+    assert [e.exception_class_path for e in result.errors] == ["builtins.ValueError"] * 2
+    first, second = (e.traceback for e in result.errors)
+    assert first != second
+    for n, trace in ((1, first), (2, second)):
+        assert trace.startswith("Traceback (most recent call last)"), trace
+        assert f"ValueError: attempt {n} fails on purpose" in trace and "in flaky" in trace
+    assert len(result.worker_ids) == 3 and set(result.worker_ids) <= {a.worker_id, b.worker_id}
+    for w in (a, b):
+        w.signal(signal.SIGTERM)
+        assert w.wait(30) == 0

@@ -1,0 +1,122 @@
+"""The dashboard's chart data: finished procedures per time bucket, duration percentiles, queue depth.
+
+Each is one query bounded by a time range on ``finished_at`` (read from
+``procedures_finished_idx``) or by the unfinished statuses (``procedures_status_idx``),
+so its cost follows the rows in the window, not the size of the table.
+PostgreSQL buckets with ``date_bin`` and computes ``percentile_cont``; SQLite, the
+embedded database, buckets with ``strftime`` and computes the percentiles in Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.db.models import Count, DateTimeField, F, Func, Q
+
+from django_procedures.models import ProcedureRun
+from django_procedures.policy.status import CLAIMABLE, LEASED, RunStatus
+
+FAILED = (RunStatus.FAILED, RunStatus.ROLLED_BACK)
+#: The percentiles are computed from at most this many procedures, the latest done in the window.
+PERCENTILE_SAMPLE = 20_000
+
+
+class DateBin(Func):
+    """The start of the ``seconds``-long bucket a time falls in, buckets aligned on the Unix epoch."""
+
+    output_field = DateTimeField()
+
+    def __init__(self, seconds: int, expression: Any) -> None:
+        if seconds <= 0 or int(seconds) != seconds:
+            raise ValueError(f"a bucket must be a positive whole number of seconds; got {seconds!r}")
+        self.seconds = int(seconds)
+        super().__init__(expression)
+
+    def as_postgresql(self, compiler: Any, conn: Any, **extra: Any) -> tuple[str, list[Any]]:
+        sql, params = compiler.compile(self.source_expressions[0])
+        return (f"date_bin(make_interval(secs => %s), {sql}, TIMESTAMPTZ '1970-01-01 00:00:00+00')",
+                [self.seconds, *params])
+
+    def as_sqlite(self, compiler: Any, conn: Any, **extra: Any) -> tuple[str, list[Any]]:
+        sql, params = compiler.compile(self.source_expressions[0])
+        return (f"datetime((CAST(strftime('%%s', {sql}) AS INTEGER) / %s) * %s, 'unixepoch')",
+                [*params, self.seconds, self.seconds])
+
+
+def finished_per_bucket(since: datetime, until: datetime, seconds: int) -> dict[datetime, tuple[int, int]]:
+    """``{bucket start: (done, failed or rolled back)}`` for procedures finished in ``[since, until)``."""
+    rows = (ProcedureRun.objects.filter(finished_at__gte=since, finished_at__lt=until,
+                                        status__in=(RunStatus.DONE, *FAILED))
+            .annotate(bucket=DateBin(seconds, F("finished_at"))).order_by().values("bucket")
+            .annotate(done=Count("status", filter=Q(status=RunStatus.DONE)),
+                      failed=Count("status", filter=Q(status__in=FAILED)))
+            .values_list("bucket", "done", "failed"))
+    return {bucket: (done, failed) for bucket, done, failed in rows}
+
+
+def percentile(ordered: Sequence[float], fraction: float) -> float:
+    """``percentile_cont``: the value at ``fraction`` of a sorted sequence, interpolated between neighbours."""
+    if not ordered:
+        raise ValueError("a percentile of no values is undefined; pass at least one")
+    position = fraction * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def duration_percentiles(since: datetime, until: datetime, limit: int = 12,
+                         sample: int | None = None) -> list[dict[str, Any]]:
+    """Per type, the procedures done in ``[since, until)``: how many, and p50 / p95 of start-to-finish seconds.
+
+    The ``limit`` busiest types, busiest first. Computed from the latest ``sample``
+    procedures done in the window (``PERCENTILE_SAMPLE``), so a busy day costs no
+    more than a quiet one: one range of ``procedures_finished_idx``, newest first.
+    """
+    sample = PERCENTILE_SAMPLE if sample is None else sample
+    latest = (ProcedureRun.objects.filter(finished_at__gte=since, finished_at__lt=until, status=RunStatus.DONE,
+                                          started_at__isnull=False)
+              .order_by("-finished_at").values_list("type_name", "started_at", "finished_at")[:sample])
+    if connection.vendor == "postgresql":
+        # Aggregated over the sliced rows as a derived table: written as "id IN (the latest ids)", the planner
+        # may hash-join the whole table instead.
+        inner, params = latest.query.sql_with_params()
+        with connection.cursor() as cursor:
+            took = "EXTRACT(EPOCH FROM (latest.finished_at - latest.started_at))"
+            cursor.execute(
+                f"SELECT latest.type_name, count(*) AS n, percentile_cont(0.5) WITHIN GROUP (ORDER BY {took}),"
+                f" percentile_cont(0.95) WITHIN GROUP (ORDER BY {took})"
+                f" FROM ({inner}) AS latest GROUP BY latest.type_name ORDER BY n DESC, latest.type_name LIMIT %s",
+                [*params, limit])
+            return [{"type_name": name, "n": n, "p50": p50, "p95": p95} for name, n, p50, p95 in cursor.fetchall()]
+    durations: dict[str, list[float]] = {}
+    for type_name, started, finished in latest:
+        durations.setdefault(type_name, []).append((finished - started).total_seconds())
+    busiest = sorted(durations.items(), key=lambda item: (-len(item[1]), item[0]))[:limit]
+    return [{"type_name": name, "n": len(values), "p50": percentile(sorted(values), 0.5),
+             "p95": percentile(sorted(values), 0.95)} for name, values in busiest]
+
+
+#: The parts of a queue's depth, in the order the chart stacks them.
+DEPTH_PARTS = ("due", "later", "running", "waiting")
+
+
+def queue_depth(now: datetime, limit: int = 12) -> list[dict[str, Any]]:
+    """Per queue, its unfinished procedures: ``due`` (ready or retrying, due now), ``later`` (due after ``now``),
+    ``running`` (leased, or rolling back) and ``waiting`` (for children); the ``limit`` deepest queues first."""
+    rows = (ProcedureRun.objects.filter(status__in=(*CLAIMABLE, *LEASED, RunStatus.WAITING)).order_by()
+            .values("queue", "status").annotate(n=Count("id"), due=Count("id", filter=Q(run_at__lte=now))))
+    depth: dict[str, dict[str, int]] = {}
+    for row in rows:
+        parts = depth.setdefault(row["queue"], dict.fromkeys(DEPTH_PARTS, 0))
+        if row["status"] in CLAIMABLE:
+            parts["due"] += row["due"]
+            parts["later"] += row["n"] - row["due"]
+        elif row["status"] == RunStatus.WAITING:
+            parts["waiting"] += row["n"]
+        else:
+            parts["running"] += row["n"]
+    ordered = sorted(depth.items(), key=lambda item: (-sum(item[1].values()), item[0]))
+    return [{"queue": queue, **parts, "total": sum(parts.values())} for queue, parts in ordered[:limit]]
