@@ -2,7 +2,7 @@
 
     python -m benchmarks.run [--quick] [--only NAME[,NAME]] [--runs N] [--threads N]
                              [--database-url postgres://user@host:port/any] [--results PATH]
-                             [--profile DIR] [--update-docs] [--keep-logs] [--peers]
+                             [--profile DIR] [--update-docs] [--keep-logs] [--peers] [--throwaway-server]
     python -m benchmarks.run --peers [--peers-n N] [--runs N] [...]
 
 ``--peers`` alone runs the comparison with the peers (``benchmarks.compare``):
@@ -47,7 +47,7 @@ PEERS_MARKS = ("<!-- peers:start -->", "<!-- peers:end -->")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from benchmarks.suite import ALIASES, BENCHMARKS
+    from benchmarks.suite import ALIASES, BENCHMARKS, ON_PURPOSE
 
     names = [*BENCHMARKS, *ALIASES]
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
@@ -72,11 +72,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "django-tasks-db's db_worker")
     parser.add_argument("--peers-n", type=int, default=None,
                         help="jobs per drain in the --peers comparison (default 5000; 200 with --quick)")
+    parser.add_argument("--throwaway-server", action="store_true",
+                        help="run on a PostgreSQL cluster of its own (initdb on a free port, max_connections 200, "
+                             "removed at the end) instead of --database-url: the direct fleet needs ~90 connections")
     parser.add_argument("--size", action="append", default=[], metavar="NAME=VALUE",
                         help="override one size of the chosen set, e.g. --size throughput=5000 (names: the "
                              "fields of benchmarks.suite.Sizes); for profiling, not for the recorded figures")
     args = parser.parse_args(argv)
-    selected = [n.strip() for n in args.only.split(",") if n.strip()] or list(BENCHMARKS)
+    # The fleet runs only when named (or at the quick size): it needs about 90 connections and PgBouncer.
+    selected = [n.strip() for n in args.only.split(",") if n.strip()] or [
+        n for n in BENCHMARKS if n not in ON_PURPOSE or args.quick]
     unknown = [n for n in selected if n not in names]
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(names)}")
@@ -239,6 +244,18 @@ def _peers(ctx: Any, args: argparse.Namespace, say: Any) -> tuple[str, str, bool
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if not args.throwaway_server:
+        return run(args)
+    from benchmarks.pgbouncer import free_port
+    from benchmarks.soak import throwaway_cluster
+
+    with throwaway_cluster(free_port(), keep=False) as cluster:
+        args.database_url = cluster.url
+        print(f"throwaway PostgreSQL cluster on port {cluster.port}", flush=True)
+        return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
     server = Server.from_url(args.database_url)
     prefix = f"bench_{os.getpid()}"
     setup_django(server, prefix)

@@ -49,12 +49,18 @@ class Sizes:
     settle: float = 11.0
     #: Longest wait for a drain, in seconds.
     timeout: float = 900.0
+    #: The fleet (benchmarks/fleet.py): worker processes x threads, PgBouncer's server connections, procedures.
+    fleet_workers: int = 8
+    fleet_threads: int = 8
+    fleet_pool: int = 20
+    fleet_procedures: int = 10_000
 
 
 FULL = Sizes()
 QUICK = Sizes(throughput=40, steps_procedures=5, pickup=10, pickup_rate=20.0, backlog_finished=2_000,
               backlog_future=500, backlog_drain=40, tree_parents=2, tree_children=3, schedules=50, tasks=40,
-              idle_window=0.5, settle=0.1, timeout=120.0)
+              idle_window=0.5, settle=0.1, timeout=120.0, fleet_workers=2, fleet_threads=2, fleet_pool=4,
+              fleet_procedures=40)
 
 
 @dataclass
@@ -579,6 +585,8 @@ def observability(ctx: Context) -> list[Metric]:
     return metrics
 
 
+from benchmarks.fleet import fleet  # noqa: E402  (it uses this module's helpers)
+
 BENCHMARKS: dict[str, Callable[[Context], list[Metric]]] = {
     "throughput": throughput,
     "steps": steps,
@@ -588,12 +596,17 @@ BENCHMARKS: dict[str, Callable[[Context], list[Metric]]] = {
     "schedules": schedules,
     "observability": observability,
     "tasks": lambda ctx: _tasks_benchmark(ctx),
+    "fleet": fleet,
 }
+#: Benchmarks a run without ``--only`` leaves out (except with ``--quick``): they are run on purpose.
+ON_PURPOSE = {"fleet"}
 
 
 def _tasks_benchmark(ctx: Context) -> list[Metric]:
     from benchmarks.task_benchmark import tasks
 
     return tasks(ctx)
+
+
 #: ``--only memory`` runs the throughput benchmark, whose workers it measures.
 ALIASES = {"memory": "throughput"}

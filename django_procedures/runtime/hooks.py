@@ -12,6 +12,7 @@ from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
 from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error
 from django_procedures.policy.state import find_problem
 from django_procedures.procedure import Procedure
+from django_procedures.runtime.connections import set_transaction_timeout
 from django_procedures.runtime.context import Context
 from django_procedures.runtime.running import (
     Outcome,
@@ -83,6 +84,8 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
     before = session()  # so that own_connection_lost() can tell whose connection failed
     try:
         with transaction.atomic() if cls.rollback_atomic else nullcontext():
+            if cls.rollback_atomic:
+                set_transaction_timeout(transaction.get_connection())
             running.activity.check()
             procedure.rollback(_context(running, "rollback"))
             running.activity.check()

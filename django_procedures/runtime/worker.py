@@ -42,6 +42,7 @@ from django_procedures.runtime.wakeup import Waker
 from django_procedures.store import transitions
 from django_procedures.store.claim import claim, next_due
 from django_procedures.store.db import is_conflict, is_disconnect
+from django_procedures.store.listening import listens
 from django_procedures.store.maintenance import maintain
 from django_procedures.store.schedules import sync_declared
 from django_procedures.store.schema import is_missing_table, require_tables
@@ -82,7 +83,7 @@ class Worker:
         self._lock = threading.Lock()
         self._work: queue.SimpleQueue[RunningClaim | None] = queue.SimpleQueue()
         self._stopping = threading.Event()
-        self.waker = Waker(listen=connection.vendor == "postgresql" and config.listen_notify,
+        self.waker = Waker(listen=config.listen_notify and listens(),
                            queues=config.queues, poll_seconds=config.poll_seconds,
                            application_name=application_name(self.id, "listen"))
         self.row = WorkerRow(worker_id=self.id, queues=config.queues, concurrency=config.concurrency,
