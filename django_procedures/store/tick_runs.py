@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from django.db import connection
+from django.db import connection, models
 from django.db.models import F
 
 from django_procedures import registry, signals
@@ -133,16 +133,20 @@ def insert_runs(wanted: Sequence[Wanted], now: datetime) -> Counter[int]:
 
 def _insert_rows(wanted: Sequence[Wanted], now: datetime) -> Counter[int]:
     """Other databases: unsaved rows built in Python, inserted skipping the ticks that have their run."""
-    rows = []
+    rows: list[ProcedureRun] = []
+    schedule_of: dict[Any, int] = {}
     for w in wanted:
         schedule = w.schedule
+        if w.cls is None:  # no ticks due
+            continue
         for tick_at in w.ticks:
             row = build_row(w.cls, schedule.state, key=None, queue=schedule.queue or None, priority=None,
                             run_after=None, now=now, parent=None)
             row.schedule_id, row.tick_at = schedule.id, tick_at
             rows.append(row)
+            schedule_of[row.id] = schedule.id
     inserted = set(insert(rows, skip_conflicts=True))
-    return Counter(row.schedule_id for row in rows if row.id in inserted)
+    return Counter(schedule_of[row.id] for row in rows if row.id in inserted)
 
 
 #: Columns each run takes from its JSON record: (name in the record, its type in ``jsonb_to_recordset``).
@@ -162,8 +166,9 @@ def _statement() -> tuple[str, dict[str, Any]]:
         if f.primary_key:
             values.append("gen_random_uuid()")
         elif f.column in ("type_name", "state"):  # the schedule's procedure and state
-            source = Schedule._meta.get_field("procedure" if f.column == "type_name" else "state").column
-            values.append(f"s.{quote(source)}")
+            source = Schedule._meta.get_field("procedure" if f.column == "type_name" else "state")
+            assert isinstance(source, models.Field)  # a concrete column, not a relation
+            values.append(f"s.{quote(source.column)}")
         elif f.column in ("run_at", "created_at"):
             values.append("%(now)s")
         elif f.column in _FROM_RECORD:
