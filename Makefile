@@ -7,6 +7,8 @@
 #   make check-wheel   build the wheel, install it into a clean virtualenv, migrate and run a procedure
 #   make docs          build the documentation site into var/site (MkDocs, warnings are errors)
 #   make test-django6  the PostgreSQL leg and the migrations check on Django 6.1 (.venv-django6, Python 3.12)
+#   make test-pgbouncer  the process tier (worker subprocesses, the quick soak) with the workers behind PgBouncer
+#                      in transaction mode (.ci/pgbouncer starts it on PGBOUNCER_URL's port)
 #   make lint          ruff, then mypy (django-stubs) on django_procedures
 #   make clean         remove virtualenvs, var/ and caches
 #
@@ -20,6 +22,7 @@
 #   COVERAGE                 pytest-cov arguments of the PostgreSQL leg (COVERAGE= turns coverage off)
 #   XDIST                    pytest-xdist arguments of the PostgreSQL legs (default '-n 2 --dist loadfile': two
 #                            pytest processes, each with its own test database; XDIST= runs them in one)
+#   PGBOUNCER_URL            the PgBouncer of make test-pgbouncer (default postgres://postgres@127.0.0.1:6432)
 #   PYTHON, PYTHON_DJANGO6   interpreters for the two virtualenvs (found on PATH or through pyenv)
 
 SHELL := /bin/bash
@@ -59,11 +62,11 @@ FAST_ARGS := -m 'not subprocess and not browser'
 redact = $(shell printf '%s' '$(1)' | sed -E 's|(//[^:/@]*):[^@]*@|\1:***@|')
 banner = if [ -t 1 ]; then printf '\n\033[1m==> %s\033[0m\n' "$(1)"; else printf '\n==> %s\n' "$(1)"; fi
 
-.PHONY: help demo test test-fast test-postgres test-sqlite test-django6 lint check-migrations check-wheel docs \
+.PHONY: help demo test test-fast test-postgres test-sqlite test-django6 test-pgbouncer lint check-migrations check-wheel docs \
 	clean check-pg-url
 
 help:
-	@sed -n '2,21p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,26p' Makefile | sed 's/^# \{0,1\}//'
 
 # -- virtualenvs (rebuilt when pyproject.toml changes) ----------------------------------------
 
@@ -138,6 +141,25 @@ test-django6: $(VENV6)/.installed check-pg-url | var
 	PROCEDURES_TEST_DB_NAME=$(DJANGO6_TEST_DB) DATABASE_URL='$(PG_URL)' $(VENV6)/bin/python -m pytest --create-db $(XDIST) $(DJANGO6_IGNORE) $(PYTEST_ARGS)
 	@$(call banner,migrations match the models (Django $$($(VENV6)/bin/python -m django --version)))
 	DATABASE_URL=$(SQLITE_TEST_URL) $(VENV6)/bin/python manage.py makemigrations --check --dry-run
+
+# The workers are what must work behind PgBouncer: they go through it (and LISTEN on a direct alias), while the
+# test process connects directly so that pytest-django can create and drop the test databases. CI runs the
+# process tests of crashes, fencing and shutdown, trees, schedules and lost connections, and the quick soak
+# through a PgBouncer of its own that it kills once; PGBOUNCER_TESTS='tests/runtime tests/tasks
+# tests/test_soak.py -m subprocess' runs every test that starts workers (about 10 minutes on a loaded machine).
+PGBOUNCER_URL ?= postgres://postgres@127.0.0.1:6432
+# Tests whose workers run on a database of their own (a throwaway cluster, an unmigrated database) reach it
+# directly, so they are left out (-k).
+PGBOUNCER_TESTS ?= -m subprocess -k 'not carries_on and not postgresql_is_down and not unmigrated' \
+	tests/runtime/test_worker_processes.py tests/runtime/test_fault_processes.py \
+	tests/runtime/test_tree_processes.py tests/runtime/test_schedule_fault_processes.py \
+	tests/runtime/test_reconnect.py tests/runtime/test_pgbouncer_processes.py tests/test_soak.py
+
+test-pgbouncer: $(VENV)/.installed check-pg-url | var
+	@PGBOUNCER_PORT=$$(printf '%s' '$(PGBOUNCER_URL)' | sed -E 's|.*:([0-9]+)/?$$|\1|') .ci/pgbouncer start
+	@$(call banner,process tier through PgBouncer: workers on $(call redact,$(PGBOUNCER_URL)) · tests on $(call redact,$(PG_URL)))
+	PROCEDURES_TEST_POOLER_URL='$(PGBOUNCER_URL)' DATABASE_URL='$(PG_URL)' $(VENV)/bin/python -m pytest --create-db \
+		$(XDIST) $(PGBOUNCER_TESTS) $(PYTEST_ARGS)
 
 # -- the published package ---------------------------------------------------------------------
 

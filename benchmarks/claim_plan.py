@@ -140,6 +140,8 @@ _COLUMN_DEFAULTS = {
     "rollback_error": "''",
     "schedule_id": "NULL",
     "tick_at": "NULL",
+    "awaited": "false",
+    "trace_context": "NULL",
 }
 
 _FINISHED = {

@@ -100,17 +100,17 @@ def retention(ctx: Any) -> list[Any]:
                      f"{on[-1]:,.0f}/s ({ratio[-1]:.0f}%); they pruned {pruned[-1]:,} old procedures meanwhile")
     what = f"{s.throughput:,} no-op procedures, 2 workers x {ctx.threads} threads, beside {n:,} old finished"
     return [
-        Metric("10 retention", f"prune {n:,} finished procedures (+ a step and a lease each), batches of "
+        Metric("11 retention", f"prune {n:,} finished procedures (+ a step and a lease each), batches of "
                f"{BATCH_TREES} trees", "procedures/s", rates, "≥ 50,000", lambda v: v >= 50_000),
-        Metric("10 retention", "longest batch (its locks and its transaction)", "ms", longest),
-        Metric("10 retention", "PostgreSQL CPU per pruned procedure (its backend, from /proc)", "ms", cpu_ms,
+        Metric("11 retention", "longest batch (its locks and its transaction)", "ms", longest),
+        Metric("11 retention", "PostgreSQL CPU per pruned procedure (its backend, from /proc)", "ms", cpu_ms,
                digits=3),
-        Metric("10 retention", "capacity of one idle core at that CPU cost: 1000 / ms", "procedures/s",
+        Metric("11 retention", "capacity of one idle core at that CPU cost: 1000 / ms", "procedures/s",
                [1000 / v for v in cpu_ms if v > 0], "≥ 50,000", lambda v: v >= 50_000),
-        Metric("10 retention", f"{what}, retention off", "procedures/s", off),
-        Metric("10 retention", "same, the workers pruning (RETENTION=1d)", "procedures/s", on),
-        Metric("10 retention", "pruning / not pruning (paired runs)", "%", ratio, "≥ 90", lambda v: v >= 90),
-        Metric("10 retention", "old procedures the workers pruned during that drain", "procedures", pruned),
+        Metric("11 retention", f"{what}, retention off", "procedures/s", off),
+        Metric("11 retention", "same, the workers pruning (RETENTION=1d)", "procedures/s", on),
+        Metric("11 retention", "pruning / not pruning (paired runs)", "%", ratio, "≥ 90", lambda v: v >= 90),
+        Metric("11 retention", "old procedures the workers pruned during that drain", "procedures", pruned),
     ]
 
 
@@ -155,19 +155,19 @@ def history(ctx: Any) -> list[Any]:
     empty, full = sides["empty"], sides["history"]
     size = f"{s.history_procedures:,}"
     metrics = [
-        Metric("11 history", f"{s.history_drain:,} no-op procedures, 2 workers x {ctx.threads} threads, empty table",
+        Metric("12 history", f"{s.history_drain:,} no-op procedures, 2 workers x {ctx.threads} threads, empty table",
                "procedures/s", [empty["rate"]]),
-        Metric("11 history", f"same, beside {size} finished procedures", "procedures/s", [full["rate"]]),
-        Metric("11 history", "history / empty", "%", [full["rate"] / empty["rate"] * 100], "≥ 90",
+        Metric("12 history", f"same, beside {size} finished procedures", "procedures/s", [full["rate"]]),
+        Metric("12 history", "history / empty", "%", [full["rate"] / empty["rate"] * 100], "≥ 90",
                lambda v: v >= 90),
-        Metric("11 history", "pickup p50, empty table", "ms", [empty["p50"]], digits=1),
-        Metric("11 history", f"pickup p50, beside {size}", "ms", [full["p50"]], digits=1),
-        Metric("11 history", f"pickup p99, beside {size} (empty: {empty['p99']:.1f} ms)", "ms", [full["p99"]],
+        Metric("12 history", "pickup p50, empty table", "ms", [empty["p50"]], digits=1),
+        Metric("12 history", f"pickup p50, beside {size}", "ms", [full["p50"]], digits=1),
+        Metric("12 history", f"pickup p99, beside {size} (empty: {empty['p99']:.1f} ms)", "ms", [full["p99"]],
                digits=1),
     ]
     for title, ms in full["pages"].items():
         limit = 500 if title.startswith("dashboard") else 200
-        metrics.append(Metric("11 history", f"admin: {title}, median of {s.history_requests}, at {size} "
+        metrics.append(Metric("12 history", f"admin: {title}, median of {s.history_requests}, at {size} "
                               f"(at {s.history_baseline:,}: {empty['pages'][title]:.0f} ms)", "ms", [ms],
                               f"< {limit}", lambda v, limit=limit: v < limit))
     return metrics

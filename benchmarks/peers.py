@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import tempfile
@@ -27,6 +28,32 @@ from benchmarks.harness import ROOT, BenchmarkError
 
 #: Where the harness is looked for, in order (a worktree of this repository sits one level deeper than /work/main).
 HARNESS_CANDIDATES = (ROOT.parent / "shared" / "peers", ROOT.parent.parent / "shared" / "peers")
+
+
+#: Longest one driver call (one peer, one repetition) may run before its process group is stopped.
+DRIVER_TIMEOUT = 900.0
+
+
+def _run(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` in its own session; past ``timeout``, SIGTERM then SIGKILL its whole process group."""
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, start_new_session=True, text=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(process.pid, sig)  # the driver and the peer's workers: the group this call started
+            except ProcessLookupError:
+                break
+            try:
+                out, err = process.communicate(timeout=30)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        raise BenchmarkError(f"the peer harness ran past {timeout:.0f}s and was stopped ({' '.join(command[1:])})"
+                             ) from None
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
 def harness_source() -> Path:
@@ -56,14 +83,15 @@ def harness_copy() -> Path:
 
 
 def run_peer(peer: str, scenarios: list[str], n: int, reps: int, *, host: str = "127.0.0.1",
-             user: str = "postgres") -> dict[str, Any]:
+             user: str = "postgres", timeout: float = DRIVER_TIMEOUT) -> dict[str, Any]:
     """Run ``scenarios`` of ``peer`` (``dtdb``, ``procrastinate``, ``dbos``) ``reps`` times with ``n`` jobs each.
 
     Returns ``{"peer", "scenarios": {name: [result of each rep]}, "meta"}``: each result is the
     harness's own record (throughput: ``jobs_per_s_wall``, ``jobs_per_s_active``, ``cpu``...;
     latency: ``p50_ms``, ``p95_ms``, ``p99_ms``...; see the harness's ``driver.py``), and ``meta`` its
     versions and settings. The PostgreSQL server is ``host`` as ``user`` (the harness's own
-    environment variables ``BENCH_PGHOST``/``BENCH_PGUSER``).
+    environment variables ``BENCH_PGHOST``/``BENCH_PGUSER``). A driver call running past ``timeout``
+    seconds is stopped with the peer workers it started (its process group) and is an error.
     """
     if reps < 1 or n < 1 or not scenarios:
         raise ValueError("run_peer needs at least one scenario, n >= 1 and reps >= 1")
@@ -75,7 +103,7 @@ def run_peer(peer: str, scenarios: list[str], n: int, reps: int, *, host: str = 
     for rep in range(1, reps + 1):
         command = [str(home / ".venv" / "bin" / "python"), "driver.py", "--peer", peer, "--rep", str(rep),
                    "--n", str(n), "--tag", tag, "--only", *scenarios]
-        done = subprocess.run(command, cwd=home, env=env, capture_output=True, text=True)
+        done = _run(command, home, env, timeout)
         if done.returncode != 0:
             raise BenchmarkError(f"the peer harness failed ({' '.join(command[1:])}):\n{done.stdout[-2000:]}"
                                  f"{done.stderr[-3000:]}")

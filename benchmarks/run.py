@@ -2,7 +2,14 @@
 
     python -m benchmarks.run [--quick] [--only NAME[,NAME]] [--runs N] [--threads N]
                              [--database-url postgres://user@host:port/any] [--results PATH]
-                             [--profile DIR] [--update-docs] [--keep-logs] [--peers]
+                             [--profile DIR] [--update-docs] [--keep-logs] [--peers] [--throwaway-server]
+    python -m benchmarks.run --peers [--peers-n N] [--runs N] [...]
+
+``--peers`` alone runs the comparison with the peers (``benchmarks.compare``):
+our workers and Procrastinate's and DBOS's, interleaved, on the same server,
+through the peer harness in ``../shared/peers`` (``benchmarks/peers.py``,
+which installs its own virtualenv the first time). With ``--only``, each
+chosen benchmark that has a peer runs it beside ours (tasks: django-tasks-db).
 
 Every run of every benchmark creates its own database on that server (named
 ``bench_<pid>_...``) and drops it afterwards; the database named in the URL is
@@ -28,6 +35,7 @@ import time
 import traceback
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from benchmarks.harness import DEFAULT_URL, ROOT, Databases, Server, median
 
@@ -35,11 +43,12 @@ from benchmarks.harness import DEFAULT_URL, ROOT, Databases, Server, median
 DEFAULT_THREADS = 4
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 DOCS = ROOT / "docs" / "performance.md"
-DOCS_START, DOCS_END = "<!-- results:start -->", "<!-- results:end -->"
+RESULTS_MARKS = ("<!-- results:start -->", "<!-- results:end -->")
+PEERS_MARKS = ("<!-- peers:start -->", "<!-- peers:end -->")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from benchmarks.suite import ALIASES, BENCHMARKS
+    from benchmarks.suite import ALIASES, BENCHMARKS, ON_PURPOSE
 
     names = [*BENCHMARKS, *ALIASES]
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
@@ -58,18 +67,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--update-docs", action="store_true", help=f"put the table into {DOCS.relative_to(ROOT)}")
     parser.add_argument("--keep-logs", action="store_true", help="keep the workers' log files")
     parser.add_argument("--peers", action="store_true",
-                        help="also run each benchmark's peer in the same run, through the peer harness "
-                             "(benchmarks/peers.py; installs its own virtualenv the first time): tasks -> "
+                        help="alone: compare with Procrastinate and DBOS (interleaved runs, paired ratios); "
+                             "with --only: also run each chosen benchmark's peer in the same run, through the peer "
+                             "harness (benchmarks/peers.py; installs its own virtualenv the first time): tasks -> "
                              "django-tasks-db's db_worker")
+    parser.add_argument("--peers-n", type=int, default=None,
+                        help="jobs per drain in the --peers comparison (default 5000; 200 with --quick)")
+    parser.add_argument("--throwaway-server", action="store_true",
+                        help="run on a PostgreSQL cluster of its own (initdb on a free port, max_connections 200, "
+                             "removed at the end) instead of --database-url: the direct fleet needs ~90 connections")
     parser.add_argument("--size", action="append", default=[], metavar="NAME=VALUE",
                         help="override one size of the chosen set, e.g. --size throughput=5000 (names: the "
                              "fields of benchmarks.suite.Sizes); for profiling, not for the recorded figures")
     args = parser.parse_args(argv)
-    from benchmarks.history import ON_PURPOSE
-
-    # The ten-million-row history is heavy: run on purpose (--only history), or in its tiny --quick form.
-    selected = ([n.strip() for n in args.only.split(",") if n.strip()]
-                or [n for n in BENCHMARKS if args.quick or n not in ON_PURPOSE])
+    # The fleet runs only when named (or at the quick size): it needs about 90 connections and PgBouncer.
+    selected = [n.strip() for n in args.only.split(",") if n.strip()] or [
+        n for n in BENCHMARKS if n not in ON_PURPOSE or args.quick]
     unknown = [n for n in selected if n not in names]
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(names)}")
@@ -78,6 +91,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.runs = 1 if args.quick else 3
     if args.runs < 1 or args.threads < 1:
         parser.error("--runs and --threads must be at least 1")
+    if args.peers_n is None:
+        args.peers_n = 200 if args.quick else 5000
+    if args.peers_n < 10:
+        parser.error(f"--peers-n must be at least 10 (ten-step jobs take N/10); got {args.peers_n}")
+    #: --peers without --only: the comparison with Procrastinate and DBOS, instead of the suite.
+    args.compare = args.peers and not args.only
+    if args.compare:
+        args.selected = ["peers"]
     args.sizes = {}
     for item in args.size:
         name, _, value = item.partition("=")
@@ -161,6 +182,8 @@ def entry(args: argparse.Namespace, info: dict[str, str], started: str, before: 
           activity: str, body: str, raw: str, elapsed: float, progress: list[str]) -> str:
     command = "python -m benchmarks.run" + "".join(f" {shlex.quote(a)}" for a in sys.argv[1:])
     mode = "quick (tiny sizes: figures are meaningless)" if args.quick else "full sizes"
+    if args.compare:
+        mode = f"beside the peers, N = {args.peers_n:,}" + (" (quick: figures are meaningless)" if args.quick else "")
     if args.sizes:
         mode += " except " + ", ".join(f"{k}={v}" for k, v in args.sizes.items())
     return "\n".join([
@@ -195,11 +218,26 @@ def append_results(path: Path, text: str) -> None:
         f.write(text + "\n")
 
 
-def update_docs(text: str) -> None:
+def update_docs(text: str, marks: tuple[str, str] = RESULTS_MARKS) -> None:
+    start, end = marks
     doc = DOCS.read_text()
-    head, rest = doc.split(DOCS_START, 1)
-    _, tail = rest.split(DOCS_END, 1)
-    DOCS.write_text(f"{head}{DOCS_START}\n{text}\n{DOCS_END}{tail}")
+    head, rest = doc.split(start, 1)
+    _, tail = rest.split(end, 1)
+    DOCS.write_text(f"{head}{start}\n{text}\n{end}{tail}")
+
+
+def _peers(ctx: Any, args: argparse.Namespace, say: Any) -> tuple[str, str, bool]:
+    """The peer comparison: (table, per-run lines, failed)."""
+    from benchmarks import compare
+
+    say(f"peers: ours, {', '.join(sorted({c.peer for c in compare.COMPARISONS}))}; N = {args.peers_n:,}")
+    try:
+        pairs = compare.compare(ctx, args.peers_n)
+    except Exception as error:
+        say(f"  peers FAILED: {error}")
+        traceback.print_exc()
+        return f"peers comparison failed: {str(error).splitlines()[0][:200]}", "", True
+    return compare.table(pairs, args.peers_n, args.threads), compare.raw(pairs), False
 
 
 # --------------------------------------------------------------------------- main
@@ -207,6 +245,18 @@ def update_docs(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if not args.throwaway_server:
+        return run(args)
+    from benchmarks.pgbouncer import free_port
+    from benchmarks.soak import throwaway_cluster
+
+    with throwaway_cluster(free_port(), keep=False) as cluster:
+        args.database_url = cluster.url
+        print(f"throwaway PostgreSQL cluster on port {cluster.port}", flush=True)
+        return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
     server = Server.from_url(args.database_url)
     prefix = f"bench_{os.getpid()}"
     setup_django(server, prefix)
@@ -234,8 +284,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     metrics: list[Metric] = []
     failed = False
+    body = raw = ""
     try:
-        for name in args.selected:
+        if args.compare:
+            body, raw, failed = _peers(ctx, args, say)
+        for name in [] if args.compare else args.selected:
             say(f"{name}:")
             try:
                 metrics += BENCHMARKS[name](ctx)
@@ -247,14 +300,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         databases.drop_all()
     elapsed = time.monotonic() - t0
-    body = table(metrics)
+    if not args.compare:
+        body, raw = table(metrics), raw_values(metrics)
     print()
     print(body)
-    text = entry(args, info, started, before, machine(), activity, body, raw_values(metrics), elapsed, progress)
+    text = entry(args, info, started, before, machine(), activity, body, raw, elapsed, progress)
     append_results(args.results, text)
     print(f"\nappended to {args.results}")
     if args.update_docs:
-        update_docs(text)
+        update_docs(text, PEERS_MARKS if args.compare else RESULTS_MARKS)
         print(f"updated {DOCS}")
     if failed or args.keep_logs:
         print(f"worker logs: {log_dir}")

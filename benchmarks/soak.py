@@ -5,6 +5,7 @@ Run from the repository root::
     python -m benchmarks.soak                 # full: 10,000 procedures, 480 s of chaos
     python -m benchmarks.soak --quick         # CI: 1,000 procedures, about a minute in all
     python -m benchmarks.soak --procedures 5000 --seconds 120 --workers 3 --port 55432 --keep
+    python -m benchmarks.soak --quick --pgbouncer   # the workers behind PgBouncer in transaction mode
 
 What it does:
 
@@ -23,6 +24,9 @@ What it does:
    (then SIGCONT), or SIGTERM (then starts a new one). Once during the run it restarts PostgreSQL
    itself (``pg_ctl restart -m fast``), and once it terminates every worker connection
    (``pg_terminate_backend``). A worker that exits on its own is a finding, and is restarted.
+   With ``--pgbouncer`` the workers reach the cluster through a PgBouncer of the soak's own, in
+   transaction mode (``benchmarks/pgbouncer.py``; LISTEN on a direct connection), and once during the
+   run that PgBouncer is killed and started again: every worker connection through it is cut.
 4. Waits (bounded) until every procedure is final, stops the workers with SIGTERM, checks the
    invariants (see docs/guarantees.md) from the database, prints them as a table, and exits 1 on
    any breach.
@@ -330,6 +334,7 @@ class ChaosReport:
     stops: int = 0
     terms: int = 0
     pg_restarts: int = 0
+    pgbouncer_restarts: int = 0
     pg_restart_seconds: float = 0.0
     #: time.monotonic() of the PostgreSQL restart and of the terminated connections
     database_faults: list[float] = field(default_factory=list)
@@ -341,7 +346,8 @@ class ChaosReport:
     def events(self) -> str:
         return (f"SIGKILL {self.kills}, SIGSTOP {self.stops}, SIGTERM {self.terms}, PostgreSQL restarts "
                 f"{self.pg_restarts} ({self.pg_restart_seconds:.1f}s), connections terminated "
-                f"{self.terminated_connections}")
+                f"{self.terminated_connections}"
+                + (f", PgBouncer restarts {self.pgbouncer_restarts}" if self.pgbouncer_restarts else ""))
 
 
 def supervise(pool: list[SoakWorker], report: ChaosReport, now: float) -> None:
@@ -367,10 +373,11 @@ def supervise(pool: list[SoakWorker], report: ChaosReport, now: float) -> None:
 
 
 def chaos(pool: list[SoakWorker], cluster: Cluster, profile: Profile, rng: random.Random,
-          report: ChaosReport) -> None:
+          report: ChaosReport, bouncer: Any = None) -> None:
     started = time.monotonic()
     end = started + profile.seconds
     restart_at = started + profile.seconds * 0.35
+    bouncer_restart_at = started + profile.seconds * 0.5
     terminate_at = started + profile.seconds * 0.65
     next_fault = started + rng.uniform(*profile.chaos_every)
     unused = rng.sample(["kill", "stop", "term"], 3)  # every kind of fault at least once, then at random
@@ -381,6 +388,10 @@ def chaos(pool: list[SoakWorker], cluster: Cluster, profile: Profile, rng: rando
             report.pg_restart_seconds = cluster.restart()
             report.pg_restarts += 1
             log(f"restarted PostgreSQL ({report.pg_restart_seconds:.1f}s)")
+        elif bouncer is not None and report.pgbouncer_restarts == 0 and now >= bouncer_restart_at:
+            report.database_faults.append(now)
+            log(f"killed and restarted PgBouncer ({bouncer.restart():.1f}s)")
+            report.pgbouncer_restarts += 1
         elif not report.terminated_connections and now >= terminate_at:
             report.database_faults.append(now)
             report.terminated_connections = cluster.terminate_workers() or -1
@@ -739,6 +750,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Profile]:
     parser.add_argument("--port", type=int, default=55432, help="port of the throwaway cluster (default 55432)")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: from the clock, printed)")
     parser.add_argument("--keep", action="store_true", help="keep the cluster running and the logs afterwards")
+    parser.add_argument("--pgbouncer", action="store_true",
+                        help="workers through a PgBouncer of its own in transaction mode, killed and restarted once")
     args = parser.parse_args(argv)
     quick = args.quick
     profile = Profile(
@@ -795,13 +808,22 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ, PYTHONUNBUFFERED="1", PROCEDURES_LOG="INFO", PROCEDURES_JSON=json.dumps(
             {"SWEEP_SECONDS": 1.0, "STATS_SECONDS": 30.0}))
         env.pop("TESTAPP_EXTRA_TYPES", None)
+        bouncer = None
+        if args.pgbouncer:
+            from benchmarks.pgbouncer import WORKER_SETTINGS, PgBouncer
+
+            bouncer = PgBouncer(cluster.base / "pgbouncer", server_port=cluster.port)
+            bouncer.start()
+            env.update(DATABASE_URL=bouncer.url(DATABASE), LISTEN_DATABASE_URL=cluster.url,
+                       PROCEDURES_JSON=json.dumps({**json.loads(env["PROCEDURES_JSON"]), **WORKER_SETTINGS}))
+            log(f"workers go through PgBouncer on port {bouncer.port} (transaction mode), LISTEN directly")
         pool = [SoakWorker(slot, logdir, profile, env) for slot in range(1, profile.workers + 1)]
         report = ChaosReport()
         try:
             for w in pool:
                 w.start()
             chaos_started = time.monotonic()
-            chaos(pool, cluster, profile, rng, report)
+            chaos(pool, cluster, profile, rng, report, bouncer)
             log(f"chaos over after {time.monotonic() - chaos_started:.0f}s: {report.events()}")
             quiescent, settled = wait_quiescent(profile.settle_seconds, pool, report)
             log(f"{'quiescent' if quiescent else 'NOT quiescent'} {settled:.0f}s after the chaos")
@@ -828,6 +850,8 @@ def main(argv: list[str] | None = None) -> int:
             for w in pool:
                 w.send(signal.SIGCONT)
                 w.kill()
+            if bouncer is not None:
+                bouncer.stop()
 
         from django.db import connection
 

@@ -59,6 +59,11 @@ class Sizes:
     settle: float = 11.0
     #: Longest wait for a drain, in seconds.
     timeout: float = 900.0
+    #: The fleet (benchmarks/fleet.py): worker processes x threads, PgBouncer's server connections, procedures.
+    fleet_workers: int = 8
+    fleet_threads: int = 8
+    fleet_pool: int = 20
+    fleet_procedures: int = 10_000
 
 
 FULL = Sizes()
@@ -66,7 +71,8 @@ QUICK = Sizes(throughput=40, steps_procedures=5, pickup=10, pickup_rate=20.0, ba
               backlog_future=500, backlog_drain=40, tree_parents=2, tree_children=3, schedules=50, tasks=40,
               retention_procedures=2_000, history_procedures=5_000, history_baseline=1_000, history_drain=40,
               history_requests=1,
-              idle_window=0.5, settle=0.1, timeout=120.0)
+              idle_window=0.5, settle=0.1, timeout=120.0, fleet_workers=2, fleet_threads=2, fleet_pool=4,
+              fleet_procedures=40)
 
 
 @dataclass
@@ -114,6 +120,18 @@ def submit(cls: Any, states: Sequence[dict[str, Any]]) -> None:
             cls.submit_many(states[start:start + SUBMIT_CHUNK])
 
 
+def checkpoint() -> None:
+    """Flush what setting up wrote (a copied template, the submitted rows) before a drain is timed.
+
+    Otherwise the checkpoint that WAL sets off can land in the middle of one drain of a pair and not
+    the other (the backlog's 1.1-million-row template is a gigabyte); the peers' harness does the same.
+    """
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("CHECKPOINT")
+
+
 def _now() -> Any:
     from django.utils import timezone
 
@@ -157,6 +175,7 @@ def _drain_noops_in(ctx: Context, db: str, n: int, workers: int, settings: dict[
         submit(Noop, [{}] * n)
     else:
         fill(n)
+    checkpoint()
     close_connection()
     ctx.server.wait_disconnected(db)
     before = ctx.server.xact_commit(db)
@@ -199,7 +218,7 @@ def throughput(ctx: Context) -> list[Metric]:
         Metric("1 throughput", "same, from the first claim (start-up excluded)", "procedures/s",
                [d.steady for d in two]),
         Metric("1 throughput", "commits per single-step procedure (2 workers, whole worker life)", "commits",
-               [d.commits for d in two], "≤ 1.2", lambda v: v <= 1.2, digits=2),
+               [d.commits for d in two], "≤ 1.1", lambda v: v <= 1.1, digits=2),
         Metric("1 throughput", "CPU per procedure, worker processes (2 workers)", "ms",
                [d.worker_cpu_ms for d in two], digits=2),
         Metric("1 throughput", "CPU per procedure, PostgreSQL backends (2 workers)", "ms",
@@ -267,8 +286,8 @@ def steps(ctx: Context) -> list[Metric]:
 @dataclass
 class Pickup:
     latencies: list[float]  # ms from each submit's commit to its step's start
-    wake: float  # p50 ms from the submit's commit to the worker's claim
-    handoff: float  # p50 ms from the claim to the step's start
+    woken: list[float]  # ms from each submit's commit to the worker's claim
+    handed: list[float]  # ms from each claim to its step's start
     idle_cpu: float  # % of a core, the busier of the idle workers before the submits
 
 
@@ -303,30 +322,32 @@ def measure_pickup(ctx: Context, db: str, settings: dict[str, Any] | None = None
         outputs = {pid: (output["started"], claimed.timestamp()) for pid, output, claimed in rows}
     # started_at is the worker's clock just before its claim transaction: where the time goes.
     return Pickup(latencies=[(outputs[pid][0] - at) * 1000 for pid, at in committed.items()],
-                  wake=percentile([(outputs[pid][1] - at) * 1000 for pid, at in committed.items()], 50),
-                  handoff=percentile([(step - claimed) * 1000 for step, claimed in outputs.values()], 50),
-                  idle_cpu=cpu)
+                  woken=[(outputs[pid][1] - at) * 1000 for pid, at in committed.items()],
+                  handed=[(outputs[pid][0] - outputs[pid][1]) * 1000 for pid in committed], idle_cpu=cpu)
 
 
 def pickup(ctx: Context) -> list[Metric]:
     n, rate, t = ctx.sizes.pickup, ctx.sizes.pickup_rate, ctx.threads
-    p50, p95, p99, cpu, wake, handoff = [], [], [], [], [], []
+    p50, p95, p99, cpu, wake, handoff, wake99, handoff99 = [], [], [], [], [], [], [], []
     for run in range(ctx.runs):
         with ctx.databases.fresh(f"pickup_{run}") as db:
             measured = measure_pickup(ctx, db)
-        latencies = measured.latencies
-        wake.append(measured.wake)
-        handoff.append(measured.handoff)
+        latencies, woken, handed = measured.latencies, measured.woken, measured.handed
         cpu.append(measured.idle_cpu)
+        wake.append(percentile(woken, 50))
+        handoff.append(percentile(handed, 50))
+        wake99.append(percentile(woken, 99))
+        handoff99.append(percentile(handed, 99))
         p50.append(percentile(latencies, 50))
         p95.append(percentile(latencies, 95))
         p99.append(percentile(latencies, 99))
         ctx.progress(f"  pickup run {run + 1}: p50 {p50[-1]:.1f} ms, p95 {p95[-1]:.1f} ms, p99 {p99[-1]:.1f} ms, "
-                     f"max {max(latencies):.1f} ms (p50 {wake[-1]:.1f} ms to wake and start claiming, "
-                     f"{handoff[-1]:.1f} ms to claim and hand over); idle worker CPU {cpu[-1]:.2f}% of a core")
+                     f"max {max(latencies):.1f} ms (p50/p99 {wake[-1]:.1f}/{wake99[-1]:.1f} ms to wake and start "
+                     f"claiming, {handoff[-1]:.1f}/{handoff99[-1]:.1f} ms to claim and hand over; slowest: "
+                     f"{_slowest(latencies, woken, handed)}); idle worker CPU {cpu[-1]:.2f}% of a core")
     what = f"{n} submitted one at a time at {rate:g}/s, 2 idle workers x {t} threads"
     return [
-        Metric("3 pickup", f"p50 (step start - submit commit), {what}", "ms", p50, "≤ 4", lambda v: v <= 4,
+        Metric("3 pickup", f"p50 (step start - submit commit), {what}", "ms", p50, "≤ 3", lambda v: v <= 3,
                digits=1),
         Metric("3 pickup", "p95", "ms", p95, digits=1),
         Metric("3 pickup", "p99", "ms", p99, "≤ 10", lambda v: v <= 10, digits=1),
@@ -334,9 +355,17 @@ def pickup(ctx: Context) -> list[Metric]:
                digits=1),
         Metric("3 pickup", "p50 of its second part: claim transaction and hand-over -> step starts", "ms", handoff,
                digits=1),
+        Metric("3 pickup", "p99 of its first part (wake-up)", "ms", wake99, digits=1),
+        Metric("3 pickup", "p99 of its second part (claim and hand-over)", "ms", handoff99, digits=1),
         Metric("3 pickup", f"idle worker CPU over {ctx.sizes.idle_window:g}s (busier of the two)",
                "% of a core", cpu, "< 1", lambda v: v < 1, digits=2),
     ]
+
+
+def _slowest(latencies: list[float], woken: list[float], handed: list[float], count: int = 3) -> str:
+    """The ``count`` slowest pickups split into their two parts (wake-up + claim and hand-over), in ms."""
+    worst = sorted(range(len(latencies)), key=latencies.__getitem__, reverse=True)[:count]
+    return ", ".join(f"{latencies[i]:.1f} = {woken[i]:.1f} + {handed[i]:.1f}" for i in worst)
 
 
 # --------------------------------------------------------------------------- 4. backlog
@@ -429,34 +458,54 @@ def backlog(ctx: Context) -> list[Metric]:
         Metric("4 backlog", f"{what}, empty table", "procedures/s", empty),
         Metric("4 backlog", f"same, beside {s.backlog_finished:,} finished and {s.backlog_future:,} future ready",
                "procedures/s", full),
-        Metric("4 backlog", "backlog / empty (paired runs)", "%", ratio, "≥ 85", lambda v: v >= 85),
+        Metric("4 backlog", "backlog / empty (paired runs)", "%", ratio, "≥ 90", lambda v: v >= 90),
+        Metric("4 backlog", "backlog / empty, worst run (the target holds in every run)", "%",
+               [min(ratio)], "≥ 90", lambda v: v >= 90),
     ]
 
 
 # --------------------------------------------------------------------------- 5. trees
 
 
-def trees(ctx: Context) -> list[Metric]:
+def drain_trees(ctx: Context, label: str, parents: int, children: int) -> float:
+    """``parents`` trees of ``children`` no-op leaves drained by 2 burst workers; procedures/s from their start."""
     from benchmarks.procedures import TreeParent
 
-    parents, children = ctx.sizes.tree_parents, ctx.sizes.tree_children
     total = parents * (children + 1)
-    rates = []
-    for run in range(ctx.runs):
-        with ctx.databases.fresh(f"trees_{run}") as db:
-            since = _now()
-            submit(TreeParent, [{"fanout": children}] * parents)
-            close_connection()
-            with ctx.workers(db) as pool:
-                started = pool.start(2, concurrency=ctx.threads, burst=True)
-                pool.wait_exit(started, ctx.sizes.timeout)
-            count, _first, last = finished_span(since)
-            if count != total:
-                raise BenchmarkError(f"expected {total} procedures, found {count}")
-            rates.append(total / (last - min(w.started for w in started)))
-        ctx.progress(f"  trees run {run + 1}: {rates[-1]:,.0f} procedures/s")
-    return [Metric("5 trees", f"{parents} parents x {children} children ({total:,} procedures), "
-                   f"2 workers x {ctx.threads} threads", "procedures/s", rates)]
+    with ctx.databases.fresh(label) as db:
+        since = _now()
+        submit(TreeParent, [{"fanout": children}] * parents)
+        close_connection()
+        with ctx.workers(db) as pool:
+            started = pool.start(2, concurrency=ctx.threads, burst=True)
+            pool.wait_exit(started, ctx.sizes.timeout)
+        count, _first, last = finished_span(since)
+        if count != total:
+            raise BenchmarkError(f"expected {total} procedures, found {count}")
+        return total / (last - min(w.started for w in started))
+
+
+def trees(ctx: Context) -> list[Metric]:
+    """Both shapes (P x C and C x P), each paired with as many flat no-ops drained just before it: the machine's
+    load changes from minute to minute, so the ratio of the pair is the figure that counts."""
+    wide, deep = ctx.sizes.tree_parents, ctx.sizes.tree_children
+    metrics = []
+    for parents, children in ((wide, deep), (deep, wide)):
+        total = parents * (children + 1)
+        rates, ratios = [], []
+        for run in range(ctx.runs):
+            flat = drain_noops(ctx, f"trees_flat_{parents}x{children}_{run}", total, 2).rate
+            rates.append(drain_trees(ctx, f"trees_{parents}x{children}_{run}", parents, children))
+            ratios.append(100 * rates[-1] / flat)
+            ctx.progress(f"  trees run {run + 1}: {parents} x {children}: {rates[-1]:,.0f} procedures/s, "
+                         f"flat {flat:,.0f}/s: {ratios[-1]:.0f} %")
+        metrics += [
+            Metric("5 trees", f"{parents} parents x {children} children ({total:,} procedures), "
+                   f"2 workers x {ctx.threads} threads", "procedures/s", rates),
+            Metric("5 trees", f"same / {total:,} flat no-ops drained just before (paired runs)", "%", ratios,
+                   "≥ 50", lambda v: v >= 50),
+        ]
+    return metrics
 
 
 # --------------------------------------------------------------------------- 6. schedules
@@ -469,7 +518,7 @@ def schedules(ctx: Context) -> list[Metric]:
     label = f"one tick pass over {n:,} due schedules"
     if not hasattr(models, "Schedule"):
         ctx.progress("  schedules: not available yet (django_procedures.models has no Schedule; issue 4)")
-        return [Metric("6 schedules", label, "s", [], "≤ 2", note="not available yet")]
+        return [Metric("6 schedules", label, "s", [], "≤ 1", note="not available yet")]
     import django_procedures
     from benchmarks.procedures import Noop
 
@@ -482,7 +531,7 @@ def schedules(ctx: Context) -> list[Metric]:
             django_procedures.tick()
             seconds.append(time.perf_counter() - t)
         ctx.progress(f"  schedules run {run + 1}: {seconds[-1]:.2f}s")
-    return [Metric("6 schedules", label, "s", seconds, "≤ 2", lambda v: v <= 2, digits=2)]
+    return [Metric("6 schedules", label, "s", seconds, "≤ 1", lambda v: v <= 1, digits=2)]
 
 
 # --------------------------------------------------------------------------- 8. observability
@@ -582,6 +631,8 @@ def observability(ctx: Context) -> list[Metric]:
     return metrics
 
 
+from benchmarks.fleet import fleet  # noqa: E402  (it uses this module's helpers)
+
 BENCHMARKS: dict[str, Callable[[Context], list[Metric]]] = {
     "throughput": throughput,
     "steps": steps,
@@ -591,14 +642,19 @@ BENCHMARKS: dict[str, Callable[[Context], list[Metric]]] = {
     "schedules": schedules,
     "observability": observability,
     "tasks": lambda ctx: _tasks_benchmark(ctx),
+    "fleet": fleet,
     "retention": history.retention,
     "history": history.history,
 }
+#: Benchmarks a run without ``--only`` leaves out (except with ``--quick``): they are run on purpose.
+ON_PURPOSE = {"fleet", *history.ON_PURPOSE}
 
 
 def _tasks_benchmark(ctx: Context) -> list[Metric]:
     from benchmarks.task_benchmark import tasks
 
     return tasks(ctx)
+
+
 #: ``--only memory`` runs the throughput benchmark, whose workers it measures.
 ALIASES = {"memory": "throughput"}

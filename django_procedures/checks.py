@@ -70,6 +70,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                             "to keep every finished procedure.", id="django_procedures.E009"))
     if sqlite:
         errors.extend(_check_sqlite())
+    errors.extend(_check_pooler())
     return errors
 
 
@@ -90,6 +91,47 @@ def _check_tracing(tracing: Any) -> list[Any]:
 
 def _default_database() -> dict[str, Any]:
     return connections.settings["default"] if hasattr(connections, "settings") else settings.DATABASES["default"]
+
+
+def _check_pooler() -> list[Any]:
+    """What cannot work through PgBouncer in transaction mode (see docs/scaling.md)."""
+    from django_procedures.store.listening import PGBOUNCER_TRANSACTION, POOLERS
+
+    pooler, alias = conf.POOLER, conf.LISTEN_DATABASE
+    found: list[Any] = []
+    if pooler not in POOLERS:
+        found.append(Error(f"PROCEDURES['POOLER'] must be None or {PGBOUNCER_TRANSACTION!r}; got {pooler!r}",
+                           hint="None when the default database is reached directly (or through a pooler in "
+                                f"session mode); {PGBOUNCER_TRANSACTION!r} for PgBouncer in transaction mode.",
+                           id="django_procedures.E017"))
+    if alias is not None:
+        if not isinstance(alias, str) or alias not in settings.DATABASES:
+            found.append(Error(f"PROCEDURES['LISTEN_DATABASE'] must name an alias of DATABASES; got {alias!r}",
+                               hint=f"Known aliases: {', '.join(map(repr, settings.DATABASES))}. Add one that "
+                                    "reaches the default database directly, not through the pooler.",
+                               id="django_procedures.E018"))
+        elif "postgresql" not in settings.DATABASES[alias].get("ENGINE", ""):
+            found.append(Error(f"PROCEDURES['LISTEN_DATABASE'] names {alias!r}, which is not PostgreSQL",
+                               hint="LISTEN/NOTIFY is PostgreSQL's: name an alias of the same PostgreSQL database.",
+                               id="django_procedures.E018"))
+    if pooler != PGBOUNCER_TRANSACTION:
+        return found
+    if conf.LISTEN_NOTIFY and alias is None:
+        found.append(Warning(
+            "PROCEDURES['POOLER'] says the default database goes through PgBouncer in transaction mode, where "
+            "LISTEN cannot work; idle workers and handle.wait() poll instead (every POLL_SECONDS)",
+            hint="Add a DATABASES alias reaching PostgreSQL directly and name it in PROCEDURES['LISTEN_DATABASE'] "
+                 "(one connection per worker process and per waiting handle), or set PROCEDURES['LISTEN_NOTIFY'] "
+                 "= False to say polling is meant.",
+            id="django_procedures.W002"))
+    if conf.PREPARED_STATEMENTS:
+        found.append(Warning(
+            "PROCEDURES['PREPARED_STATEMENTS'] is on, but PgBouncer in transaction mode before 1.21 loses "
+            "prepared statements between transactions ('prepared statement \"_pg3_0\" does not exist')",
+            hint="Set PROCEDURES['PREPARED_STATEMENTS'] = False, or, with PgBouncer 1.21 or newer and "
+                 "max_prepared_statements > 0, add 'django_procedures.W003' to SILENCED_SYSTEM_CHECKS.",
+            id="django_procedures.W003"))
+    return found
 
 
 def _check_sqlite() -> list[Any]:

@@ -25,6 +25,12 @@ DEFAULTS: dict[str, Any] = {
     # Prepare the worker's hot statements (claim, checkpoint, completion) on PostgreSQL, so they are planned
     # once per connection; off for PgBouncer in transaction mode before 1.21.
     "PREPARED_STATEMENTS": True,
+    # How the default database alias reaches PostgreSQL: None (directly, or through a session-mode pooler) or
+    # "pgbouncer-transaction" (PgBouncer in transaction mode: no session state survives a transaction).
+    "POOLER": None,
+    # A DATABASES alias that reaches the same database directly, used only for LISTEN (workers and
+    # handle.wait()); None listens on the default alias.
+    "LISTEN_DATABASE": None,
     # Poll interval of an idle worker when LISTEN/NOTIFY is off (or on SQLite).
     "POLL_SECONDS": 1.0,
     # --burst exits once nothing is due now or within this many seconds.

@@ -109,8 +109,10 @@ class ProcedureHandle:
         """Block until the procedure is final and return its status; ``TimeoutError`` after ``timeout`` s.
 
         On PostgreSQL (with ``LISTEN_NOTIFY`` on) it listens on a connection of
-        its own and is woken by the procedure's final transition; elsewhere it
-        polls, starting every ``poll`` seconds and backing off to every second.
+        its own (to ``LISTEN_DATABASE`` when that is set) and is woken by the
+        procedure's final transition; elsewhere (and behind a transaction
+        pooler without ``LISTEN_DATABASE``) it polls, starting every ``poll``
+        seconds and backing off to every second.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         listener = _listener(self.id)
@@ -209,17 +211,12 @@ async def aget_handle(procedure_id: uuid.UUID | str) -> ProcedureHandle:
 
 def _listen_params(procedure_id: uuid.UUID) -> tuple[dict[str, Any], str] | None:
     """Connection parameters and the LISTEN statement, or None where waiting must poll."""
-    from django.db import connection
-
-    from django_procedures.conf import conf
+    from django_procedures.store.listening import listen_params, listens
     from django_procedures.store.notify import finished_channel
 
-    if connection.vendor != "postgresql" or not conf.LISTEN_NOTIFY:
+    if not listens():  # also behind a transaction pooler without LISTEN_DATABASE: LISTEN cannot work there
         return None
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    return params, f'LISTEN "{finished_channel(procedure_id)}"'
+    return listen_params(), f'LISTEN "{finished_channel(procedure_id)}"'
 
 
 def _listener(procedure_id: uuid.UUID) -> Any:

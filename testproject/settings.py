@@ -101,6 +101,10 @@ DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL", "sqlite
 # subprocesses only: the test run itself never sets it, so pytest creates no test database for it).
 if os.environ.get("OTHER_DATABASE_URL"):
     DATABASES["other"] = database_from_url(os.environ["OTHER_DATABASE_URL"])
+# LISTEN_DATABASE_URL adds "listen", a direct connection for LISTEN beside a DATABASE_URL through PgBouncer in
+# transaction mode (worker subprocesses of make test-pgbouncer, with PROCEDURES["LISTEN_DATABASE"] = "listen").
+if os.environ.get("LISTEN_DATABASE_URL"):
+    DATABASES["listen"] = database_from_url(os.environ["LISTEN_DATABASE_URL"])
 
 # PROCEDURES_JSON (a JSON object) lets tests configure worker subprocesses, e.g. {"SWEEP_SECONDS": 0.5}.
 PROCEDURES = json.loads(os.environ.get("PROCEDURES_JSON") or "{}")

@@ -38,3 +38,19 @@ def _fast_password_hashing():
     """The admin tests create users: Django's default hasher spends most of a second on each password."""
     with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
         yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _pooled_connections_closed_at_the_end(request):
+    """Under ``make test-pgbouncer`` PgBouncer keeps server connections to the test database open after the
+    workers are gone; they are closed before pytest-django drops it (DROP DATABASE refuses while they last)."""
+    from tests.runtime.processes import pooler_url
+
+    if pooler_url() is None or connection.vendor != "postgresql":
+        yield
+        return
+    request.getfixturevalue("django_db_setup")  # so that this fixture's end comes before the database's
+    yield
+    with request.getfixturevalue("django_db_blocker").unblock(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")

@@ -73,3 +73,17 @@ def test_a_lease_longer_than_the_idle_transaction_timeout_is_refused():
 def test_parse_duration_says_what_it_cannot_hold(value):
     with pytest.raises(ValueError, match="at most 999999999 days"):
         parse_duration(value)
+
+
+def test_a_worker_process_puts_its_start_up_heap_out_of_the_collectors_reach():
+    import gc
+
+    from django_procedures.management.commands.procedures_worker import freeze_start_up_heap
+
+    try:
+        frozen = freeze_start_up_heap()
+        assert frozen == gc.get_freeze_count() > 10_000  # Django and the apps, at least
+        gc.collect()
+        assert gc.get_freeze_count() == frozen  # a full collection no longer walks them
+    finally:
+        gc.unfreeze()

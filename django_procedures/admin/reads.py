@@ -14,14 +14,14 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from django_procedures import registry
 from django_procedures.admin.why import KeyWait, NodeFacts
 from django_procedures.exceptions import UnknownProcedureType
 from django_procedures.models import KeyRequest, Lease, ProcedureRun
-from django_procedures.policy.status import FINAL, LEASED
+from django_procedures.policy.status import FINAL, LEASED, RunStatus
 
 #: Columns the list, the tree and the confirmation pages show (never the large state/output/traceback).
 ROW_FIELDS = ("id", "type_name", "status", "step", "step_name", "attempt", "failures", "lost", "parent_id",
@@ -120,13 +120,27 @@ def _add_facts(nodes: dict[uuid.UUID, Node]) -> None:
     waits = key_waits(unfinished)
     leased = [pid for pid in unfinished if nodes[pid].row.status in LEASED]
     lengths = lease_lengths({pid: nodes[pid].row.lease_token for pid in leased})
+    left = unfinished_children([pid for pid in unfinished if nodes[pid].row.status == RunStatus.WAITING])
     for pid in unfinished:
-        nodes[pid].facts = facts_of(nodes[pid].row, waits.get(pid, ()), lengths.get(pid))
+        nodes[pid].facts = facts_of(nodes[pid].row, waits.get(pid, ()), lengths.get(pid), left.get(pid, 0))
 
 
-def facts_of(row: ProcedureRun, waits: Sequence[KeyWait] = (), lease_seconds: float | None = None) -> NodeFacts:
+def unfinished_children(parent_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+    """Unfinished children of each waiting parent, counted now (children ending ``done`` do not count
+    themselves off ``pending_children``: the last one wakes the parent)."""
+    if not parent_ids:
+        return {}
+    rows = (ProcedureRun.objects.filter(parent_id__in=parent_ids, spawned_in__gt=0).exclude(status__in=FINAL)
+            .values_list("parent_id").annotate(n=Count("id")).order_by())
+    return dict(rows)
+
+
+def facts_of(row: ProcedureRun, waits: Sequence[KeyWait] = (), lease_seconds: float | None = None,
+             unfinished: int | None = None) -> NodeFacts:
+    """What the "why" column says of ``row``; ``unfinished``: its unfinished children, if counted."""
     return NodeFacts(
-        status=row.status, run_at=row.run_at, pending_children=row.pending_children,
+        status=row.status, run_at=row.run_at,
+        pending_children=row.pending_children if unfinished is None else unfinished,
         waiting_for_keys=row.waiting_for_keys, key_waits=tuple(waits), lease_owner=row.lease_owner,
         lease_expires_at=row.lease_expires_at, lease_seconds=lease_seconds,
         type_known=procedure_class(row.type_name) is not None, type_name=row.type_name,

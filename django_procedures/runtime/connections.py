@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from django_procedures.store.listening import transaction_pooled
+
 
 def configure_connection(sender: Any = None, *, connection: Any, idle_timeout: float, **kwargs: Any) -> None:
     """Worker connections cut a transaction left idle too long, so a frozen worker cannot hold rows for ever.
@@ -20,12 +22,31 @@ def configure_connection(sender: Any = None, *, connection: Any, idle_timeout: f
     if connection.vendor != "postgresql":
         return
     timeout_ms = int(idle_timeout * 1000)
+    if transaction_pooled():
+        # A session SET would stay on whichever server connection ran it, and cut the transactions of the
+        # pooler's next client of that connection (a web request, say); each step transaction sets it instead.
+        connection.procedures_idle_timeout_ms = timeout_ms
+        return
     with connection.cursor() as cursor:
         cursor.execute(f"SET idle_in_transaction_session_timeout = {timeout_ms}")
 
 
+def set_transaction_timeout(connection: Any) -> None:
+    """Behind a transaction pooler, at the start of a step's transaction: its idle timeout, for it alone."""
+    timeout_ms = getattr(connection, "procedures_idle_timeout_ms", None)
+    if timeout_ms is None:  # a direct connection has it for the session (configure_connection)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, true)", [str(timeout_ms)])
+
+
 def name_connection(sender: Any = None, *, connection: Any, worker_id: str, **kwargs: Any) -> None:
-    """Worker connections are named (see :func:`application_name`) so ``pg_stat_activity`` tells them apart."""
+    """Worker connections are named (see :func:`application_name`) so ``pg_stat_activity`` tells them apart.
+
+    A session setting, yet it works through PgBouncer in transaction mode: PostgreSQL reports
+    ``application_name`` back to the client, and PgBouncer sets it again on whichever server connection
+    it lends that client next.
+    """
     if connection.vendor != "postgresql":
         return
     with connection.cursor() as cursor:

@@ -15,6 +15,7 @@ from django_procedures.policy.retry import FailDecision, RetryDecision, decide_e
 from django_procedures.policy.state import find_problem
 from django_procedures.procedure import Procedure, Status, StepSpec
 from django_procedures.runtime import hooks, observe, reconnect
+from django_procedures.runtime.connections import set_transaction_timeout
 from django_procedures.runtime.context import Context
 from django_procedures.runtime.running import (
     Outcome,
@@ -177,6 +178,7 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
         try:
             if first.atomic:
                 with transaction.atomic():
+                    set_transaction_timeout(transaction.get_connection())
                     return _run_steps(procedure, cls, first, running)
             if not first.idempotent:
                 transitions.enter_unsafe_step(claim)

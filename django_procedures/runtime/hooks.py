@@ -12,6 +12,7 @@ from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
 from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error
 from django_procedures.policy.state import find_problem
 from django_procedures.procedure import Procedure
+from django_procedures.runtime.connections import set_transaction_timeout
 from django_procedures.runtime.context import Context
 from django_procedures.runtime.running import (
     Outcome,
@@ -21,7 +22,7 @@ from django_procedures.runtime.running import (
     logger,
     trace_text,
 )
-from django_procedures.store import transitions, tree
+from django_procedures.store import transitions
 from django_procedures.store.db import own_connection_lost, session
 from django_procedures.store.transitions import StepRecord
 
@@ -50,8 +51,13 @@ def handle_children(procedure: Procedure, cls: type[Procedure], running: Running
     """A resumed parent: report failed children to ``on_child_failed``; None once no child is left."""
     claim = running.claim
     while True:
-        running.children = tuple(tree.children_of(claim.id, claim.suspension))
-        for child in tree.unhandled_failures(claim.id, claim.suspension):
+        stock = transitions.take_stock(claim)
+        running.children = stock.children
+        if stock.verdict == "continue":
+            return None
+        if stock.verdict == "waiting":
+            return Outcome.SUSPENDED
+        for child in stock.failures:
             before = session()
             try:
                 running.activity.check()
@@ -67,12 +73,6 @@ def handle_children(procedure: Procedure, cls: type[Procedure], running: Running
                 procedure.state = copy.deepcopy(claim.state)
                 return fail_now(procedure, cls, running, error_text(error), trace_text())
             transitions.handled_child_failure(claim, child.id, copy.deepcopy(procedure.state))
-        verdict = transitions.wait_or_continue(claim)
-        if verdict == "waiting":
-            return Outcome.SUSPENDED
-        if verdict == "continue":
-            running.children = tuple(tree.children_of(claim.id, claim.suspension))
-            return None
 
 
 def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningClaim) -> Outcome:
@@ -84,6 +84,8 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
     before = session()  # so that own_connection_lost() can tell whose connection failed
     try:
         with transaction.atomic() if cls.rollback_atomic else nullcontext():
+            if cls.rollback_atomic:
+                set_transaction_timeout(transaction.get_connection())
             running.activity.check()
             procedure.rollback(_context(running, "rollback"))
             running.activity.check()

@@ -8,9 +8,8 @@ import select
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connection
-
 from django_procedures.runtime.outage import watch
+from django_procedures.store.listening import listen_params
 from django_procedures.store.notify import CHANNEL
 
 logger = logging.getLogger("django_procedures.worker")
@@ -19,9 +18,10 @@ logger = logging.getLogger("django_procedures.worker")
 class Waker:
     """``wait(timeout)`` returns early on a NOTIFY for one of ``queues``, or on ``wake()`` from any thread.
 
-    Without LISTEN (SQLite, or ``LISTEN_NOTIFY`` off) it waits at most
-    ``poll_seconds``. After the listening connection breaks it reconnects on
-    the next wait and the caller polls once (``wait`` returns ``True``).
+    Without LISTEN (SQLite, ``LISTEN_NOTIFY`` off, or a transaction pooler
+    without ``LISTEN_DATABASE``) it waits at most ``poll_seconds``. After the
+    listening connection breaks it reconnects on the next wait and the caller
+    polls once (``wait`` returns ``True``).
     """
 
     def __init__(self, *, listen: bool, queues: Sequence[str] | None, poll_seconds: float,
@@ -52,12 +52,8 @@ class Waker:
             return False
         import psycopg
 
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        if self.application_name:
-            params["application_name"] = self.application_name
-        self._conn = psycopg.connect(**params, autocommit=True)
+        # On LISTEN_DATABASE when the default alias goes through a transaction pooler (see store/listening.py).
+        self._conn = psycopg.connect(**listen_params(self.application_name), autocommit=True)
         self._conn.execute(f"LISTEN {CHANNEL}")
         if self._broken_logged:
             watch.restored()

@@ -42,6 +42,7 @@ from django_procedures.runtime.wakeup import Waker
 from django_procedures.store import transitions
 from django_procedures.store.claim import claim, next_due
 from django_procedures.store.db import is_conflict, is_disconnect
+from django_procedures.store.listening import listens
 from django_procedures.store.maintenance import maintain
 from django_procedures.store.schedules import sync_declared
 from django_procedures.store.schema import is_missing_table, require_tables
@@ -82,7 +83,7 @@ class Worker:
         self._lock = threading.Lock()
         self._work: queue.SimpleQueue[RunningClaim | None] = queue.SimpleQueue()
         self._stopping = threading.Event()
-        self.waker = Waker(listen=connection.vendor == "postgresql" and config.listen_notify,
+        self.waker = Waker(listen=config.listen_notify and listens(),
                            queues=config.queues, poll_seconds=config.poll_seconds,
                            application_name=application_name(self.id, "listen"))
         self.row = WorkerRow(worker_id=self.id, queues=config.queues, concurrency=config.concurrency,
@@ -219,9 +220,9 @@ class Worker:
                 if wanted <= 0:  # enough in hand: sleep until a procedure finishes (it wakes us)
                     self.waker.wait(max(0.0, next_chore - time.monotonic()))
                     continue
-                if self._claim(wanted):
-                    backoff = 0.0
-                    continue
+                backoff = 0.0
+                if self._claim(wanted) >= wanted:  # fewer: no claim again at once (it would find nothing and
+                    continue  # compete with the step just handed over); a NOTIFY or next_due wakes the loop
                 due = next_due(type_names=self.types, queues=self.config.queues)
                 if self.config.with_scheduler:  # a tick due soon starts work too
                     due = min((at for at in (due, next_tick_due()) if at is not None), default=None)

@@ -6,17 +6,22 @@ non-idempotent step, a cancel, a deadlock victim failed before it started --
 goes through :func:`finalise`, which does, in one transaction:
 
 1. lock what the transition will update, in the lock order: the run's
-   schedule row, then its parent row (ancestors before descendants);
+   schedule row, then its parent row (ancestors before descendants) -- the
+   parent's only when the run fails: a run ending ``done`` wakes its parent
+   only if it is the last child, without waiting for the parent's row
+   (:func:`django_procedures.store.tree.child_finished`);
 2. the transition's own ``write``: the fenced update of the run, its ``Step``
    row, its lease closed; it reports whether the run was still where the
    transition expected it (if not, nothing else happens);
-3. the finish hooks: release the run's lock keys, count it off its parent's
-   suspension, complete its schedule run (free the slot, start a pending tick);
+3. the finish hooks: release the run's lock keys, wake its parent (a failed
+   child, or the last one), complete its schedule run (free the slot, start a
+   pending tick);
 4. the transition's signal, sent after commit.
 
-Because the parent and the schedule are locked before they are read, two
-runs finishing at once (siblings, or a run and a "trigger now") are applied
-one after the other and neither update is lost.
+Because the schedule (and a failing run's parent) is locked before it is
+read, two runs finishing at once (a run and a "trigger now", failing
+siblings) are applied one after the other and neither update is lost.
+Siblings ending ``done`` together do not queue on their parent's row.
 """
 
 from __future__ import annotations
@@ -70,13 +75,18 @@ class Ending:
                    bool(claim.lock_keys))
 
 
-def lock_for_final(runs: Sequence[Ending]) -> None:
-    """Lock what the final transitions of ``runs`` update, in the lock order: schedules, then parents."""
+def lock_for_final(runs: Sequence[Ending], *, failed: bool = True) -> None:
+    """Lock what the final transitions of ``runs`` update, in the lock order: schedules, then parents.
+
+    A run that ends ``done`` (not ``failed``) leaves its parent's row alone
+    unless it is the last child (:func:`django_procedures.store.tree.child_finished`).
+    """
     schedules = sorted({r.schedule_id for r in runs if r.schedule_id is not None})
     if schedules:
         list(Schedule._writer.select_for_update().filter(id__in=schedules).order_by("id")
              .values_list("id", flat=True))
-    tree.lock_rows([r.parent_id for r in runs])
+    if failed:
+        tree.lock_rows([r.parent_id for r in runs])
 
 
 def finalise(runs: Sequence[Ending], write: Callable[[Ending], bool], *, failed: bool,
@@ -91,7 +101,7 @@ def finalise(runs: Sequence[Ending], write: Callable[[Ending], bool], *, failed:
     """
     ended = []
     with joined():
-        lock_for_final(runs)
+        lock_for_final(runs, failed=failed)
         for run in runs:
             if not write(run):
                 continue
@@ -110,7 +120,7 @@ def finish_one(run: Ending, write: Callable[[], bool], *, failed: bool, signal: 
 
 
 def _finish_hooks(run: Ending, *, failed: bool) -> None:
-    """Release the run's lock keys, count it off its parent, complete its schedule run (rows locked by
+    """Release the run's lock keys, wake its parent if due, complete its schedule run (rows locked by
     :func:`lock_for_final`)."""
     from django_procedures.store import schedules
 

@@ -1,5 +1,5 @@
-"""Periodic upkeep any worker runs every few seconds: expired leases, stranded key waiters, deadlocks, and
-runs past their schedule's ``max_run_time``."""
+"""Periodic upkeep any worker runs every few seconds: expired leases, stranded key waiters and parents,
+deadlocks, and runs past their schedule's ``max_run_time``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django_procedures.store import locks, operations, overdue
+from django_procedures.store import locks, operations, overdue, tree
 from django_procedures.store.db import is_disconnect
 from django_procedures.store.leases import SweepReport, sweep_expired
 
@@ -28,7 +28,8 @@ class MaintenanceReport:
 
 
 def maintain() -> MaintenanceReport:
-    """Recover expired leases, wake key waiters whose keys are free, break lock key deadlocks, and cancel
+    """Recover expired leases, wake key waiters whose keys are free and parents whose children are all
+    final (a worker lost between a last child's commit and its parent's wake-up), break lock key deadlocks, and cancel
     runs past their schedule's ``max_run_time`` (ticker or not).
 
     Each part runs even if an earlier one failed (a row the sweep cannot write
@@ -47,7 +48,7 @@ def maintain() -> MaintenanceReport:
             return default
 
     swept = part(sweep_expired, SweepReport())
-    woken = part(locks.wake_stranded, 0)
+    woken = part(locks.wake_stranded, 0) + part(tree.wake_stranded_parents, 0)
     broken = part(_break_deadlocks, 0)
     none_cancelled: list[Any] = []
     timed_out = len(part(overdue.cancel_overdue, none_cancelled))

@@ -7,8 +7,7 @@ from collections.abc import Iterable
 
 from django.db import connection
 
-from django_procedures.conf import conf
-from django_procedures.store.db import is_postgresql
+from django_procedures.store.listening import listens
 
 CHANNEL = "django_procedures"
 
@@ -20,7 +19,7 @@ def notify(queues: Iterable[str]) -> None:
     commits and folds identical ones of one transaction into one.
     """
     names = sorted(set(queues))
-    if not names or not is_postgresql() or not conf.LISTEN_NOTIFY:
+    if not names or not listens():  # nobody listens: a NOTIFY would only take the notification lock at commit
         return
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q", [CHANNEL, names])

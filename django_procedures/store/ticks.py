@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
+from django.db.models.base import ModelState
 
 from django_procedures import clock
-from django_procedures.models import ProcedureRun, Schedule
-from django_procedures.policy.schedule import TickDecision, decide_tick
+from django_procedures.models import Schedule
+from django_procedures.policy.schedule import ScheduleSettings, TickDecision, decide_tick
 from django_procedures.store import broken, overdue
 from django_procedures.store.db import is_conflict, is_disconnect, is_postgresql
-from django_procedures.store.schedules import run_rows
-from django_procedures.store.submit import insert, json_rows
+from django_procedures.store.tick_runs import Ticked, Wanted, declares_lock_keys, insert_runs, wanted, write_back
 
 logger = logging.getLogger("django_procedures.schedules")
 
@@ -41,14 +41,16 @@ def next_tick_due() -> datetime | None:
     return broken.next_due()
 
 
-def tick(now: datetime | None = None, *, batch_size: int = 500) -> TickReport:
+def tick(now: datetime | None = None, *, batch_size: int = 1000) -> TickReport:
     """Run one scheduling pass at ``now`` (the injectable clock) over every due, enabled schedule.
 
     Due schedules are locked with ``FOR UPDATE SKIP LOCKED``, so concurrent
     tickers (threads, processes, two beats) share the work, and each run
     carries its schedule and tick time under a unique constraint, so a tick
-    never starts twice. Each batch is one transaction with one INSERT of its
-    runs and one UPDATE of its schedules.
+    never starts twice. Each batch is one transaction with a fixed number of
+    statements whatever its size: one SELECT of its schedules (the columns a
+    decision needs), one INSERT ... SELECT of its runs, one UPDATE of its
+    schedules (``store.tick_runs``).
 
     A schedule this process cannot tick (its cadence raises, its procedure type
     is not registered, its values cannot be written) gets the error recorded on
@@ -63,19 +65,57 @@ def tick(now: datetime | None = None, *, batch_size: int = 500) -> TickReport:
         stuck: set[int] = set()  # ticked in this pass yet still due: passed over, so the pass ends
         while True:
             with transaction.atomic():
-                due = list(Schedule._writer.filter(broken.healthy_or_retry_due(moment), enabled=True,
-                                                   next_tick_at__lte=moment).exclude(id__in=stuck)
-                           .select_for_update(skip_locked=True).order_by("id")[:batch_size])
+                due = _lock_due(moment, stuck, batch_size)
                 stuck.update(_tick_batch(due, moment, report))
             if len(due) < batch_size:
                 return report
+
+
+#: The columns a pass reads: what the decision and the runs need, and what recording an error shows (not
+#: the state, which the runs' INSERT copies in the database, nor the counts, which the UPDATE adds to).
+_READ = ("id", "name", "procedure", "mode", "period", "cron", "timezone", "max_concurrency", "missed", "max_pending",
+         "queue", "next_tick_at", "pending_ticks", "active_runs", "last_error")
+
+
+def _lock_due(moment: datetime, stuck: set[int], limit: int) -> list[Schedule]:
+    """Lock up to ``limit`` due, enabled schedules (those another ticker holds are skipped)."""
+    rows = (Schedule._writer.filter(broken.healthy_or_retry_due(moment), enabled=True, next_tick_at__lte=moment)
+            .exclude(id__in=stuck).select_for_update(skip_locked=True).order_by("id").values_list(*_READ)[:limit])
+    return [_loaded(row) for row in rows]
+
+
+def _loaded(values: tuple[object, ...]) -> Schedule:
+    """A ``Schedule`` holding the columns of ``_READ``, made without ``Model.__init__``: a pass makes thousands,
+    and ``__init__`` of a model with deferred fields (``.only()``) cost more than the rest of the pass."""
+    schedule = Schedule.__new__(Schedule)
+    schedule.__dict__.update(zip(_READ, values, strict=True))
+    schedule._state = ModelState()
+    schedule._state.adding, schedule._state.db = False, Schedule._writer.db
+    return schedule
+
+
+def _with_states(due: list[Schedule]) -> None:
+    """Read the state of the schedules whose runs depend on it in Python: one query.
+
+    On PostgreSQL the runs' INSERT copies the state in the database, and only a
+    procedure that declares lock keys (computed from the state) needs it here.
+    """
+    keyed = [s for s in due if declares_lock_keys(s)] if is_postgresql() else due
+    if keyed:
+        states = dict(Schedule._writer.filter(id__in=[s.id for s in keyed]).values_list("id", "state"))
+        for s in keyed:
+            s.state = states[s.id]
+
+
+#: One settings object per distinct combination: a pass over thousands of schedules has a handful.
+_settings = functools.lru_cache(maxsize=64)(ScheduleSettings)
 
 
 @dataclass
 class _Planned:
     schedule: Schedule
     decision: TickDecision
-    rows: list[ProcedureRun]
+    wanted: Wanted
 
 
 def _tick_batch(due: list[Schedule], now: datetime, report: TickReport) -> list[int]:
@@ -87,33 +127,31 @@ def _tick_batch(due: list[Schedule], now: datetime, report: TickReport) -> list[
     a ``fixed_delay`` run in progress).
     """
     planned, stuck = [], []
+    _with_states(due)
     for s in due:
         try:
-            decision = decide_tick(s.settings, now=now, next_tick_at=s.next_tick_at, active=s.active_runs,
+            settings = _settings(s.mode, s.max_concurrency, s.missed, s.max_pending)
+            decision = decide_tick(settings, now=now, next_tick_at=s.next_tick_at, active=s.active_runs,
                                    pending=s.pending(), next_tick=s.cadence())
-            rows = run_rows(s, decision.start, now) if decision.start else []
+            runs = wanted(s, decision.start)
         except Exception as error:  # this schedule's definition, not the pass: the others go on
             _record(s, error, now, report)
             stuck.append(s.id)
             continue
-        planned.append(_Planned(s, decision, rows))
-    before = [{f: getattr(p.schedule, f) for f in TICKED} for p in planned]
+        planned.append(_Planned(s, decision, runs))
     try:
         with transaction.atomic():  # a savepoint: a refused write must not end the pass's transaction
             stuck += _write(planned, now, report)
     except Exception as error:
         if not _refused(error):
             raise
-        for p, values in zip(planned, before, strict=True):
-            _restore(p.schedule, values)  # as read: the refused batch changed nothing
-        for p, values in zip(planned, before, strict=True):  # the one at fault is recorded; the rest tick
+        for p in planned:  # the one at fault is recorded; the rest tick (the refused batch changed nothing)
             try:
                 with transaction.atomic():
                     stuck += _write([p], now, report)
             except Exception as error:
                 if not _refused(error):
                     raise
-                _restore(p.schedule, values)
                 _record(p.schedule, error, now, report)
                 stuck.append(p.schedule.id)
     return stuck
@@ -124,11 +162,6 @@ def _refused(error: Exception) -> bool:
     if isinstance(error, DatabaseError):
         return not (is_disconnect(error) or is_conflict(error))
     return isinstance(error, OverflowError | ValueError)
-
-
-def _restore(schedule: Schedule, values: dict[str, object]) -> None:
-    for name, value in values.items():
-        setattr(schedule, name, value)
 
 
 def _record(schedule: Schedule, error: Exception, now: datetime, report: TickReport) -> None:
@@ -145,52 +178,17 @@ def _record(schedule: Schedule, error: Exception, now: datetime, report: TickRep
 
 
 def _write(planned: list[_Planned], now: datetime, report: TickReport) -> list[int]:
-    """Insert the runs of ``planned`` and write their schedules back; counts go to ``report`` once written."""
+    """Insert the runs of ``planned`` and write their schedules back; counts go to ``report`` once written.
+
+    The schedule objects are left as read, so a refused batch can be written again one schedule at a time.
+    """
     # A tick another ticker already started is skipped by the unique constraint and starts nothing here.
-    inserted = set(insert([row for p in planned for row in p.rows], skip_conflicts=True))
-    stuck, counts = [], TickReport()
+    inserted = insert_runs([p.wanted for p in planned], now)
+    write_back([Ticked(p.schedule.id, inserted[p.schedule.id], p.decision) for p in planned], now)
+    report.schedules += len(planned)
+    report.started += sum(inserted.values())
     for p in planned:
-        s, decision = p.schedule, p.decision
-        started = sum(row.id in inserted for row in p.rows)
-        counts.schedules += 1
-        counts.started += started
-        counts.pending += len(decision.pending)
-        counts.skipped += decision.skips
-        counts.overlaps += decision.overlaps
-        s.active_runs += started
-        s.pending_ticks = [t.isoformat() for t in decision.pending]
-        s.skips += decision.skips
-        s.overlaps += decision.overlaps
-        s.next_tick_at = decision.next_tick_at
-        s.last_tick_at = now
-        s.last_error, s.last_error_at = "", None
-        if decision.due:
-            s.last_drift_ms = int(decision.drift / timedelta(milliseconds=1))
-        if s.next_tick_at is not None and s.next_tick_at <= now:
-            stuck.append(s.id)
-    write_ticked([p.schedule for p in planned])
-    for name in ("schedules", "started", "pending", "skipped", "overlaps"):
-        setattr(report, name, getattr(report, name) + getattr(counts, name))
-    return stuck
-
-
-#: What a tick writes on its schedule's row.
-TICKED = ("active_runs", "pending_ticks", "skips", "overlaps", "next_tick_at", "last_tick_at", "last_drift_ms",
-          "last_error", "last_error_at")
-
-
-def write_ticked(schedules: list[Schedule]) -> None:
-    """Write the ``TICKED`` fields of ``schedules`` (locked by the caller): one UPDATE on PostgreSQL."""
-    if not schedules:
-        return
-    if not is_postgresql():
-        Schedule._writer.bulk_update(schedules, TICKED)
-        return
-    fields: list[Any] = [Schedule._meta.pk, *(Schedule._meta.get_field(name) for name in TICKED)]  # columns
-    select, params = json_rows(fields, schedules)
-    quote = connection.ops.quote_name
-    columns = [quote(f.column) for f in fields]
-    assignments = ", ".join(f"{c} = v.{c}" for c in columns[1:])
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {quote(Schedule._meta.db_table)} AS s SET {assignments} "
-                       f"FROM ({select}) AS v({', '.join(columns)}) WHERE s.{columns[0]} = v.{columns[0]}", params)
+        report.pending += len(p.decision.pending)
+        report.skipped += p.decision.skips
+        report.overlaps += p.decision.overlaps
+    return [p.schedule.id for p in planned if p.decision.next_tick_at is not None and p.decision.next_tick_at <= now]

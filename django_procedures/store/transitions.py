@@ -226,20 +226,29 @@ def handled_child_failure(claim: Claim, child_id: Any, state: dict[str, Any]) ->
     claim.state = state
 
 
-def wait_or_continue(claim: Claim) -> str:
-    """After child failures were handled: ``"continue"`` if no child is left, ``"again"`` if more
-    failures arrived meanwhile, else the parent goes back to ``waiting`` (``"waiting"``)."""
+def take_stock(claim: Claim) -> tree.Stock:
+    """A resumed parent's children, in one transaction: what it goes on with, or it waits again.
+
+    Counted under the parent's row lock, once the final transactions of its
+    children in flight have committed: a child that finishes later finds the
+    parent ``waiting`` again, and wakes it. ``verdict`` is ``"continue"`` (every
+    child final, every failure reported), ``"failures"`` (report ``failures`` to
+    ``on_child_failed``, then take stock again) or ``"waiting"`` (the parent
+    waits again; its lease is closed).
+    """
     with joined():
         pending = held_row(claim).select_for_update().values_list("pending_children", flat=True).first()
         if pending is None:
             raise _lost(claim)
-        if not pending:
-            return "continue"
-        if tree.unhandled_failures(claim.id, claim.suspension):
-            return "again"
-        fenced_update(claim, status=RunStatus.WAITING, **_LEASE_CLEARED)
-        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
-    return "waiting"
+        unfinished = tree.unfinished_child(claim.id, claim.suspension)
+        stock = tree.stock(claim.id, claim.suspension, unfinished=unfinished)
+        if stock.verdict == "continue" and pending:
+            fenced_update(claim, pending_children=0)
+        elif stock.verdict == "waiting":
+            left = tree.unfinished_count(claim.id, claim.suspension)
+            fenced_update(claim, status=RunStatus.WAITING, pending_children=left, **_LEASE_CLEARED)
+            close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+    return stock
 
 
 def enter_unsafe_step(claim: Claim) -> None:

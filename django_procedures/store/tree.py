@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import F, Q
+from django.db import connection, transaction
+from django.db.models import Exists, F, OuterRef, Q
 
 from django_procedures import clock, signals
 from django_procedures.models import Lease, ProcedureRun
-from django_procedures.policy.status import FINAL, LeaseOutcome, RunStatus
+from django_procedures.policy.status import FINAL, LEASED, LeaseOutcome, RunStatus
 from django_procedures.store import locks
-from django_procedures.store.db import db_now
+from django_procedures.store.db import bound_cursor, db_now, is_postgresql, sql_list
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
+
+logger = logging.getLogger("django_procedures.worker")
 
 #: A finished child's failure that its parent has to hear about.
 FAILED_CHILD = (RunStatus.FAILED, RunStatus.ROLLED_BACK, RunStatus.CANCELLED)
@@ -42,37 +47,173 @@ def lock_rows(ids: Sequence[Any]) -> None:
 
 
 def child_finished(child_id: uuid.UUID, parent_id: uuid.UUID | None, spawned_in: int, *, failed: bool) -> None:
-    """In the child's final transaction (parent row locked first): count it off its parent's suspension.
+    """In the child's final transaction, after its own final write: wake its parent if it was the last one.
 
-    The last child makes the parent ready; a failed child makes it ready at once
-    (its ``on_child_failed`` runs under the parent's next lease).
+    A failed child wakes the parent at once (its ``on_child_failed`` runs under
+    the parent's next lease); its transaction locked the parent row first. A
+    child that ends ``done`` does not lock the parent: siblings finishing
+    together would queue on that row, each for the whole of the one before's
+    commit. It looks for a sibling that is unfinished and not being written
+    right now; if there is none it may be the last, and makes the parent ready
+    (see :func:`_last_one_wakes`).
     """
     if parent_id is None or not spawned_in:
         return
-    parent = (ProcedureRun._writer.filter(id=parent_id, suspension=spawned_in).exclude(status__in=FINAL)
-              .values("pending_children", "status", "queue").first())
+    if failed:
+        _failed_child(parent_id, spawned_in)
+    elif not _unfinished_sibling(child_id, parent_id, spawned_in):
+        _last_one_wakes(parent_id, spawned_in)
+
+
+def _failed_child(parent_id: uuid.UUID, suspension: int) -> None:
+    """A child failed (parent row locked): the parent is ready now, with its unfinished children counted."""
+    parent = (ProcedureRun._writer.filter(id=parent_id, suspension=suspension).exclude(status__in=FINAL)
+              .values("status", "queue").first())
     if parent is None:
         return
-    left = max(parent["pending_children"] - 1, 0)
-    fields: dict[str, Any] = {"pending_children": left}
-    if parent["status"] == RunStatus.WAITING and (left == 0 or failed):
+    fields: dict[str, Any] = {"pending_children": unfinished_count(parent_id, suspension)}
+    if parent["status"] == RunStatus.WAITING:
         fields.update(status=RunStatus.READY, run_at=clock.now())
         notify([parent["queue"]])
     ProcedureRun._writer.filter(id=parent_id).update(**fields)
 
 
-def children_of(parent_id: uuid.UUID, suspension: int) -> list[ChildResult]:
-    """The finished children of the parent's suspension number ``suspension``."""
-    rows = (ProcedureRun._writer.filter(parent_id=parent_id, spawned_in=suspension, status__in=FINAL)
-            .order_by("position").values_list("id", "type_name", "status", "output", "error"))
-    return [ChildResult(*row) for row in rows]
+def unfinished_count(parent_id: uuid.UUID, suspension: int) -> int:
+    return (ProcedureRun._writer.filter(parent_id=parent_id, spawned_in=suspension).exclude(status__in=FINAL)
+            .count())
 
 
-def unhandled_failures(parent_id: uuid.UUID, suspension: int) -> list[ChildResult]:
-    rows = (ProcedureRun._writer.filter(parent_id=parent_id, spawned_in=suspension, status__in=FAILED_CHILD,
-                                        failure_handled=False)
-            .order_by("finished_at", "id").values_list("id", "type_name", "status", "output", "error"))
-    return [ChildResult(*row) for row in rows]
+# A sibling of the finishing child that is unfinished and not in a final transaction right now. Only a leased
+# (running) sibling can be in one that ends it ``done``; FOR SHARE conflicts with the row lock of its final write
+# and SKIP LOCKED passes such a row by, never waiting. A sibling found leased stays share-locked until this
+# commits, so that its own final write comes after this one's and sees it.
+_PG_UNFINISHED_SIBLING = f"""
+    SELECT EXISTS (
+        SELECT FROM {ProcedureRun._meta.db_table}
+        WHERE parent_id = %(parent)s AND spawned_in = %(suspension)s AND id <> %(child)s
+          AND status NOT IN ({sql_list(FINAL)}) AND status NOT IN ({sql_list(LEASED)})
+    ) OR EXISTS (
+        SELECT FROM {ProcedureRun._meta.db_table}
+        WHERE parent_id = %(parent)s AND spawned_in = %(suspension)s AND id <> %(child)s
+          AND status IN ({sql_list(LEASED)})
+        LIMIT 1 FOR SHARE SKIP LOCKED
+    )
+"""
+# An unfinished child, waiting for final writes in flight to commit (under the parent's row lock).
+_PG_UNFINISHED_CHILD = f"""
+    SELECT 1 FROM {ProcedureRun._meta.db_table}
+    WHERE parent_id = %s AND spawned_in = %s AND status NOT IN ({sql_list(FINAL)})
+    LIMIT 1 FOR SHARE
+"""
+
+
+def _unfinished_sibling(child_id: uuid.UUID, parent_id: uuid.UUID, suspension: int) -> bool:
+    """Whether a sibling is unfinished and not being written by another transaction right now.
+
+    The sibling whose final write comes last always finds none: every other
+    one has committed (final) or is still in its final transaction (row locked).
+    So the parent is never left waiting for finished children. It may be woken
+    early, when a running sibling was passed by because its row was locked for
+    a checkpoint or a lease renewal: the parent's re-check on resuming
+    (:func:`unfinished_child`) sends it back to waiting.
+    """
+    if not is_postgresql():  # one writer at a time: what this transaction reads is what there is
+        return (ProcedureRun._writer.filter(parent_id=parent_id, spawned_in=suspension).exclude(id=child_id)
+                .exclude(status__in=FINAL).exists())
+    with bound_cursor() as cursor:  # on every child's completion: bound on the server, prepared once
+        cursor.execute(_PG_UNFINISHED_SIBLING, {"parent": parent_id, "suspension": suspension, "child": child_id})
+        return bool(cursor.fetchone()[0])
+
+
+def unfinished_child(parent_id: uuid.UUID, suspension: int) -> bool:
+    """Under the parent's row lock: whether a child of ``suspension`` is unfinished, once the final
+    transactions of its children in flight have committed (it waits for them)."""
+    if not is_postgresql():
+        return unfinished_count(parent_id, suspension) > 0
+    with connection.cursor() as cursor:
+        cursor.execute(_PG_UNFINISHED_CHILD, [parent_id, suspension])
+        return cursor.fetchone() is not None
+
+
+def _make_ready(parent_id: uuid.UUID, queue: str) -> None:
+    ProcedureRun._writer.filter(id=parent_id).update(status=RunStatus.READY, run_at=clock.now(), pending_children=0)
+    notify([queue])
+
+
+def _last_one_wakes(parent_id: uuid.UUID, suspension: int) -> None:
+    """The child may be the last: make the parent ready, in this transaction if its row is free.
+
+    Its row is taken without waiting (``SKIP LOCKED``): this transaction holds
+    the child's row, and whoever holds the parent's may be waiting for the
+    child's (the lock order is parent, then child). When the parent's row is
+    busy, the parent is woken after this commit by :func:`wake_parent`, which
+    takes the locks in order. Whoever holds it meanwhile either ends or wakes the
+    parent, or leaves it waiting only after waiting for this transaction.
+    """
+    parent = (ProcedureRun._writer.select_for_update(skip_locked=True, no_key=True)
+              .filter(id=parent_id, suspension=suspension).values("status", "queue").first())
+    if parent is None:  # its row is busy (or it moved on: then the wake-up below finds nothing to do)
+        transaction.on_commit(functools.partial(_wake_after_commit, parent_id, suspension))
+    elif parent["status"] == RunStatus.WAITING:
+        _make_ready(parent_id, parent["queue"])
+
+
+def _wake_after_commit(parent_id: uuid.UUID, suspension: int) -> None:
+    try:
+        wake_parent(parent_id, suspension)
+    except Exception:  # the worker carries on; the sweep's wake_stranded_parents is the net
+        logger.warning("could not wake parent %s after its last child finished; the sweep will", parent_id,
+                       exc_info=True)
+
+
+def wake_parent(parent_id: uuid.UUID, suspension: int) -> bool:
+    """Make the parent ready if it waits on ``suspension`` and no child of it is unfinished; True if it did.
+
+    In a transaction of its own, locks in order: the parent's row, then the
+    children's (waiting for their final transactions in flight).
+    """
+    with transaction.atomic():
+        parent = (ProcedureRun._writer.select_for_update(no_key=True)
+                  .filter(id=parent_id, suspension=suspension, status=RunStatus.WAITING).values("queue").first())
+        if parent is None or unfinished_child(parent_id, suspension):
+            return False
+        _make_ready(parent_id, parent["queue"])
+    return True
+
+
+def wake_stranded_parents() -> int:
+    """Safety net run by the sweep: waiting parents none of whose children is unfinished are made ready.
+
+    Only a worker lost between a last child's commit and the parent's wake-up
+    after it (:func:`_last_one_wakes`) leaves one behind.
+    """
+    waiting = ProcedureRun._writer.filter(status=RunStatus.WAITING)
+    unfinished = ProcedureRun._writer.filter(parent_id=OuterRef("id"), spawned_in=OuterRef("suspension")).exclude(
+        status__in=FINAL)
+    stranded = list(waiting.exclude(Exists(unfinished)).values_list("id", "suspension"))
+    return sum(wake_parent(pid, suspension) for pid, suspension in stranded)
+
+
+@dataclass(frozen=True)
+class Stock:
+    """What :func:`django_procedures.store.transitions.take_stock` found (see there)."""
+
+    verdict: str
+    children: tuple[ChildResult, ...]
+    failures: tuple[ChildResult, ...] = ()
+
+
+def stock(parent_id: uuid.UUID, suspension: int, *, unfinished: bool) -> Stock:
+    """The finished children of ``suspension`` in one read; ``unfinished``: whether some child is not final."""
+    rows = list(ProcedureRun._writer.filter(parent_id=parent_id, spawned_in=suspension, status__in=FINAL)
+                .order_by("position").values_list("id", "type_name", "status", "output", "error", "failure_handled",
+                                                  "finished_at"))
+    children = tuple(ChildResult(*row[:5]) for row in rows)
+    failed = sorted((row for row in rows if row[2] in FAILED_CHILD and not row[5]),
+                    key=lambda r: (r[6] is not None, r[6] or 0, str(r[0])))  # in the order they failed
+    if failed:
+        return Stock("failures", children, tuple(ChildResult(*row[:5]) for row in failed))
+    return Stock("waiting" if unfinished else "continue", children)
 
 
 def subtree(procedure_id: uuid.UUID) -> list[uuid.UUID]:

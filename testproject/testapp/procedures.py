@@ -686,3 +686,19 @@ class EnqueuesATask(Procedure):
 
 
 from testproject.testapp.faults import *  # noqa: E402, F403 - registers the misbehaving procedures
+
+
+class SessionProbe(Procedure):
+    """One atomic step that returns the session settings its transaction runs with (tests behind PgBouncer)."""
+
+    type_name = "testapp.SessionProbe"
+
+    @step
+    def probe(self, ctx):
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('idle_in_transaction_session_timeout'), "
+                           "current_setting('application_name')")
+            timeout, name = cursor.fetchone()
+        return Status.done(output={"idle_in_transaction_session_timeout": timeout, "application_name": name})

@@ -48,6 +48,14 @@ def test_the_tree_with_breadcrumb_to_the_root_and_why_each_node_waits(operator_c
     assert "2/2 · collect" in text  # the parent's next step, of its two
 
 
+def test_a_waiting_parent_counts_its_children_left_as_they_finish(operator_client):
+    parent, _ = spawned_parent(3)
+    (child,) = claim("w", type_names=["testapp.Leaf"], limit=1, lease_seconds=30)
+    assert execute(RunningClaim(child)) == "completed"
+    # A child ending done does not count itself off the parent's row: the page counts the unfinished ones.
+    assert "waiting for children: 2 left" in text_of(operator_client.get(page_url(parent.id)))
+
+
 def test_a_running_procedure_is_leased_and_a_key_waiter_names_the_holder(operator_client):
     holder = KeyHolder.submit({"keys": [["tenant:acme", "exclusive"]]})
     (claimed,) = claim("worker-7@host", type_names=[KeyHolder.type_name], limit=1, lease_seconds=30)

@@ -37,6 +37,38 @@ def database_url() -> str:
     return f"postgres://{user}{password}@{host}:{port}/{quote(s['NAME'])}"
 
 
+#: Set (``make test-pgbouncer``: ``postgres://postgres@127.0.0.1:6432``), worker subprocesses reach the test
+#: database through this PgBouncer in transaction mode and LISTEN on a direct alias; the test process itself
+#: stays on the direct connection, so that pytest-django can create and drop the test database.
+POOLER_URL_VARIABLE = "PROCEDURES_TEST_POOLER_URL"
+
+
+def pooler_url() -> str | None:
+    return os.environ.get(POOLER_URL_VARIABLE) or None
+
+
+def direct_only(why: str) -> Any:
+    """Skip a test under ``make test-pgbouncer`` whose premise only holds for a direct connection."""
+    import pytest
+
+    return pytest.mark.skipif(pooler_url() is not None, reason=f"workers behind PgBouncer: {why}")
+
+
+def worker_database_env() -> tuple[dict[str, str], dict[str, Any]]:
+    """The environment and the ``PROCEDURES`` keys that point a worker subprocess at the test database.
+
+    Directly, or (with :data:`POOLER_URL_VARIABLE` set) through PgBouncer in transaction mode: then the
+    worker's default alias is the pooler, ``listen`` the direct database, and it says so in its settings.
+    """
+    direct = database_url()
+    pooler = pooler_url()
+    if pooler is None:
+        return {"DATABASE_URL": direct}, {}
+    through = pooler.rstrip("/") + "/" + direct.rsplit("/", 1)[1]
+    return ({"DATABASE_URL": through, "LISTEN_DATABASE_URL": direct},
+            {"POOLER": "pgbouncer-transaction", "LISTEN_DATABASE": "listen", "PREPARED_STATEMENTS": False})
+
+
 class WorkerProcess:
     """One ``procedures_worker`` subprocess and its log file."""
 
@@ -133,11 +165,14 @@ class Workers:
         worker_env = dict(os.environ)
         for key in drop_env:
             worker_env.pop(key, None)
+        database_env, pooler_settings = worker_database_env()
+        if env and "DATABASE_URL" in env:  # a database of the test's own (a throwaway cluster): reached directly
+            database_env, pooler_settings = {}, {}
         worker_env.update({
-            "DATABASE_URL": database_url(),
+            **database_env,
             "DJANGO_SETTINGS_MODULE": "testproject.settings",
             "PYTHONUNBUFFERED": "1",
-            "PROCEDURES_JSON": json.dumps(procedures or {}),
+            "PROCEDURES_JSON": json.dumps({**pooler_settings, **(procedures or {})}),
             "PROCEDURES_LOG": "INFO",
         })
         worker_env.update(env or {})

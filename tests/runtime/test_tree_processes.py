@@ -20,13 +20,15 @@ Crash tests kill workers with SIGKILL at three places of a tree's life:
   close, so it blocks after the parent row and the children rows were written,
   and the worker is killed while it is blocked there;
 * a child in the middle of its step;
-* the last child's final transition, caught inside its transaction by the
-  same trick: the test holds a row lock on the parent row (which the child's
-  final transaction must update to count itself off) or on the child's open
-  ``Lease`` row (which it must close), so the transaction is open and blocked
-  when its worker is killed -- before it wrote anything, or after it marked
-  the child done and wrote its ``Step`` row (where exactly it blocks is this
-  implementation's statement order; that it blocks before committing is not).
+* the last child's final transition, caught by the same trick: the test
+  holds a row lock on the child's open ``Lease`` row (which its final
+  transaction must close), so the transaction is open and blocked when its
+  worker is killed, after it marked the child done and wrote its ``Step`` row
+  (where exactly it blocks is this implementation's statement order; that it
+  blocks before committing is not); or on the parent row, which the child's
+  final transaction passes by and the parent's wake-up after its commit waits
+  for: killed there, the parent is left waiting with every child done, for the
+  sweep to wake.
 
 Also: a lock key holder killed mid-step keeps its key until it finishes on
 another worker, and a parent killed during its rollback is rolled back once.
@@ -610,12 +612,14 @@ def test_sigkill_of_a_child_mid_step(workers, tmp_path):
 
 @pytest.mark.parametrize("lock", ["parent-row", "child-lease-row"])
 def test_sigkill_in_the_last_childs_final_transition(workers, tmp_path, lock):
-    """The last child's final transaction is caught open: blocked on a row lock the test holds, then killed.
+    """The last child's final transition is caught open: blocked on a row lock the test holds, then killed.
 
-    ``parent-row``: the transaction must count the child off its parent, so it
-    waits for the parent row (before it wrote anything, in this implementation).
-    ``child-lease-row``: it must close the child's lease, so it waits for that
-    row after it has marked the child done and written its ``Step`` row.
+    ``parent-row``: a child ending done does not wait for its parent's row; the
+    wake-up after its commit does, and is killed there: the child is done, the
+    parent still waiting, and the survivors' sweep wakes it.
+    ``child-lease-row``: the transaction must close the child's lease, so it
+    waits for that row after it has marked the child done and written its
+    ``Step`` row; nothing of it commits.
     """
     flag, marker = tmp_path / "flag", tmp_path / "last"
     last = {"state": {"n": 3, "marker": str(marker), "flag": str(flag)}, "gated": True}
@@ -624,8 +628,7 @@ def test_sigkill_in_the_last_childs_final_transition(workers, tmp_path, lock):
     wait_for(lambda: ProcedureRun.objects.filter(parent_id=handle.id, status="done").count() == 3
              and read_pid(marker), timeout=WAIT, workers=workers,
              what="three children done and the last one inside its step")
-    parent = ProcedureRun.objects.get(id=handle.id)
-    assert (parent.status, parent.pending_children) == ("waiting", 1)
+    assert status_of(handle.id) == "waiting"
     last_id = ProcedureRun.objects.get(parent_id=handle.id, position=3).id
     victim = worker_with_pid(workers, read_pid(marker))
 
@@ -636,19 +639,45 @@ def test_sigkill_in_the_last_childs_final_transition(workers, tmp_path, lock):
             Lease.objects.select_for_update().get(procedure_id=last_id)
         flag.touch()
         wait_for(blocked_by_this_transaction, timeout=WAIT, workers=workers,
-                 what="the last child's final transaction to block on the locked row")
+                 what="the last child's final transition to block on the locked row")
         kill(victim)
-    # Nothing of that transaction committed (the child may already be back to ready if its lease expired).
-    assert status_of(last_id) in ("running", "ready") and status_of(handle.id) == "waiting"
+    if lock == "parent-row":
+        assert status_of(last_id) == "done" and status_of(handle.id) == "waiting"
+    else:  # nothing committed (the child may already be back to ready if its lease expired)
+        assert status_of(last_id) in ("running", "ready") and status_of(handle.id) == "waiting"
     survivors = start_survivors(workers)
 
     wait_final(handle.id, timeout=WAIT, workers=workers)
     assert_tree_finished(handle.id, spawned=4, output=0 + 2 + 4 + 6)
-    assert steps(last_id) == [(0, "work", 1, "lost"), (0, "work", 2, "done")]
-    assert lease_outcomes(last_id) == ["expired", "completed"]
+    if lock == "parent-row":
+        assert (steps(last_id), lease_outcomes(last_id)) == ([(0, "work", 1, "done")], ["completed"])
+    else:
+        assert steps(last_id) == [(0, "work", 1, "lost"), (0, "work", 2, "done")]
+        assert lease_outcomes(last_id) == ["expired", "completed"]
     assert steps(handle.id) == [(0, "spawn", 1, "done"), (1, "collect", 1, "done")]
     assert lease_outcomes(handle.id) == ["completed", "completed"]
     no_tracebacks(survivors)
+
+
+def test_children_finishing_together_wake_their_parents_themselves_once(workers):
+    """Four parents' twenty children each finish on 2 workers x 4 threads, siblings side by side.
+
+    The sweep (the safety net that would also wake a parent whose children are
+    all final) is slowed down past the test's deadline: every parent is woken
+    by its own children, and resumes exactly once.
+    """
+    handles = [Spawner.submit({"children": _leaves(20)}) for _ in range(4)]
+    pool = [workers.start("--concurrency", "4", lease_seconds=LEASE, procedures={"SWEEP_SECONDS": 3600})
+            for _ in range(2)]
+    for handle in handles:
+        wait_final(handle.id, timeout=WAIT, workers=workers)
+    for handle in handles:
+        assert_tree_finished(handle.id, spawned=20, output=sum(2 * n for n in range(20)))
+        assert steps(handle.id) == [(0, "spawn", 1, "done"), (1, "collect", 1, "done")]
+        assert effects(handle.id, "collect") == 1
+    no_step_committed_twice()
+    assert open_leases() == 0
+    no_tracebacks(pool)
 
 
 def test_sigkill_during_a_parents_rollback(workers, tmp_path):

@@ -69,3 +69,26 @@ def test_a_claim_lost_before_its_first_step_logs_that_it_stopped(caplog):
     assert execute(running) == Outcome.LOST
     assert f"procedure {handle.id}: stopped: lease token 1 was taken over or cancelled" in caplog.text
     assert ProcedureRun.objects.get(id=handle.id).step == 0  # no step ran
+
+
+# -- claiming no more than there is -----------------------------------------------------------------------------
+
+
+def test_a_claim_that_got_fewer_than_it_asked_for_is_not_followed_at_once_by_another(monkeypatch, settings):
+    """An idle worker handed one procedure does not claim again before something new can be due: that claim
+    found nothing and competed with the step just handed over (the pickup benchmark's hand-over time)."""
+    settings.PROCEDURES = {"BURST_WAIT_SECONDS": 0, "LISTEN_NOTIFY": False, "PREFETCH": 0}
+    real, got = worker_module.claim, []
+
+    def counted(*args, **kwargs):
+        claims = real(*args, **kwargs)
+        got.append((kwargs["limit"], len(claims)))
+        return claims
+
+    monkeypatch.setattr(worker_module, "claim", counted)
+    ThreeSteps.submit()
+    Worker(resolve_config(concurrency=4, burst=True, lease_seconds=10, shutdown_timeout=5)).run()
+
+    assert set(ProcedureRun.objects.values_list("status", flat=True)) == {"done"}
+    # The claim that got it; then, once it finished and woke the loop, the one that found the queue empty.
+    assert got == [(4, 1), (4, 0)], got

@@ -26,7 +26,7 @@ from django_procedures.policy.status import FINAL
 from django_procedures.runtime.worker import APPLICATION_NAME_PREFIX
 from testproject.testapp.models import Effect
 from testproject.testapp.procedures import ChargeCard, KillsItsWorker, ThreeSteps
-from tests.runtime.processes import Workers, read_pid, wait_for
+from tests.runtime.processes import Workers, direct_only, read_pid, wait_for
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 
@@ -195,6 +195,8 @@ def test_sigstop_until_lease_expires_fences_out_the_frozen_commit(workers, tmp_p
     assert stop(a) == 0
 
 
+@direct_only("the test follows the heartbeat's own backend, and behind PgBouncer its next renewal may run on "
+             "another server connection")
 def test_a_worker_frozen_during_its_lease_renewal_leaves_no_row_locked(workers, tmp_path):
     """Found by the SIGSTOP test on a busy machine: a freeze between the renewal and its COMMIT kept the rows locked.
 

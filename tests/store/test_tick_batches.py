@@ -3,10 +3,12 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
-from django_procedures import clock, register_schedule, tick
+from django_procedures import clock, register_schedule, signals, tick
 from django_procedures.models import ProcedureRun, Schedule
-from testproject.testapp.procedures import Heartbeat
+from testproject.testapp.procedures import Heartbeat, KeyHolder
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -59,3 +61,55 @@ def test_runs_keep_their_own_state_when_python_equal_states_differ_as_json():
     assert ProcedureRun.objects.get(schedule=one).state == {"n": 1}
     assert ProcedureRun.objects.get(schedule=true).state == {"n": True}
     assert type(ProcedureRun.objects.get(schedule=true).state["n"]) is bool
+
+
+def _statements_of_a_pass(count: int) -> list[str]:
+    for i in range(count):
+        make(f"n{count}-{i}", state={"i": i})
+    with CaptureQueriesContext(connection) as captured:
+        report = tick(T0, batch_size=100)
+    assert report.started == count
+    ProcedureRun._writer.all().delete()
+    Schedule._writer.all().delete()
+    return [q["sql"].split()[0] for q in captured]
+
+
+@pytest.mark.postgres  # elsewhere the schedules are written back one UPDATE each
+def test_a_pass_makes_the_same_statements_whatever_the_number_of_due_schedules():
+    few, many = _statements_of_a_pass(2), _statements_of_a_pass(60)
+    assert few == many
+    # The overdue check; then one transaction (a savepoint inside the test's) that locks the due schedules,
+    # inserts their runs inside a savepoint of its own, notifies the workers and writes the schedules back.
+    assert many == ["SELECT", "SAVEPOINT", "SELECT", "SAVEPOINT", "INSERT", "SELECT", "UPDATE", "RELEASE",
+                    "RELEASE"]
+
+
+def test_scheduled_runs_carry_the_schedule_state_queue_and_the_lock_keys_it_gives():
+    with clock.frozen_at(T0):
+        plain, _ = register_schedule("plain", Heartbeat, period=MIN, state={"n": 1, "nested": {"a": [1, 2.5]}})
+        keyed, _ = register_schedule("keyed", KeyHolder, period=MIN, queue="locks",
+                                     state={"keys": [["b", "shared"], ["a", "exclusive"]]})
+    assert tick(T0).started == 2
+    run = ProcedureRun.objects.get(schedule=plain)
+    assert (run.state, run.queue, run.step_name, run.type_name, run.tick_at, run.run_at, run.created_at) == (
+        {"n": 1, "nested": {"a": [1, 2.5]}}, "default", "beat", Heartbeat.type_name, T0, T0, T0)
+    assert (run.status, run.lock_keys, run.key, run.parent_id, run.depth, run.attempt) == (
+        "ready", [], None, None, 0, 1)
+    held = ProcedureRun.objects.get(schedule=keyed)
+    assert (held.queue, held.lock_keys) == ("locks", [["a", "exclusive"], ["b", "shared"]])
+
+
+def test_scheduled_runs_send_procedure_submitted_after_commit(django_capture_on_commit_callbacks):
+    seen = []
+
+    def handler(sender, **kwargs):
+        seen.append(kwargs["type_name"])
+
+    make("s")
+    signals.procedure_submitted.connect(handler)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            tick(T0)
+    finally:
+        signals.procedure_submitted.disconnect(handler)
+    assert seen == [Heartbeat.type_name]

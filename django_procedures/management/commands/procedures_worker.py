@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -50,6 +51,7 @@ class Command(BaseCommand):
         except WorkerConfigError as error:
             raise CommandError(f"cannot start a worker: {error}") from None
         worker = Worker(config)
+        freeze_start_up_heap()
         try:
             if options["metrics_port"] is None:
                 worker.run()
@@ -58,6 +60,20 @@ class Command(BaseCommand):
                 worker.run()
         except ProceduresNotMigrated as error:
             raise CommandError(str(error)) from error
+
+
+def freeze_start_up_heap() -> int:
+    """Put what start-up made (Django, the apps, the procedure classes) out of the cyclic collector's reach.
+
+    Those objects live as long as the process, yet every full collection walked them all: about
+    90,000, a pause of 10-50 ms on the 2-core reference machine. A worker makes few long-lived
+    containers (about 5 young collections per 1,000 no-op procedures), so a full collection comes
+    only every few tens of thousands of procedures, but it stalls whatever runs then. After
+    ``gc.freeze()`` it walks only what the worker made since. Returns how many objects were frozen.
+    """
+    gc.collect()  # what start-up left as garbage goes now, not frozen with the rest
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 @contextmanager

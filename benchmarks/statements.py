@@ -1,0 +1,74 @@
+"""Counting the statements a worker process sends, by kind (used by ``benchmarks.tree_profile``).
+
+Installed in a worker when ``BENCH_STATEMENT_LOG`` names a directory: every
+connection Django opens gets an execute wrapper, and the counts are written
+to ``<dir>/<pid>.json`` when the process exits. The LISTEN and progress side
+connections are psycopg connections of their own and are not counted; the
+statements of ``store.db.bound_cursor`` (claim, checkpoint, completion) are.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+_counts: Counter[str] = Counter()
+_lock = threading.Lock()
+
+_IN_LIST = re.compile(r"IN \((?:%s(?:, )?)+\)")
+_SPACE = re.compile(r"\s+")
+
+
+def fingerprint(sql: str) -> str:
+    """The statement with its parameter lists folded, cut to a readable length."""
+    text = _SPACE.sub(" ", _IN_LIST.sub("IN (...)", sql)).strip()
+    return text[:160]
+
+
+def _wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+    with _lock:
+        _counts[fingerprint(sql)] += 1
+    return execute(sql, params, many, context)
+
+
+def install(directory: str) -> None:
+    from django.db.backends.signals import connection_created
+
+    def add(sender: Any, connection: Any, **kwargs: Any) -> None:
+        if _wrapper not in connection.execute_wrappers:
+            connection.execute_wrappers.append(_wrapper)
+
+    connection_created.connect(add, weak=False, dispatch_uid="bench-statement-counter")
+
+    # The hot statements (claim, checkpoint, completion) bind their parameters on a raw psycopg cursor.
+    from django_procedures.store import db
+
+    raw_execute = db._BoundCursor.execute
+
+    def counted(self: Any, sql: str, params: Any) -> None:
+        with _lock:
+            _counts[fingerprint(sql)] += 1
+        raw_execute(self, sql, params)
+
+    db._BoundCursor.execute = counted  # type: ignore[method-assign]
+
+    def dump() -> None:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        with _lock:
+            (Path(directory) / f"{os.getpid()}.json").write_text(json.dumps(dict(_counts)))
+
+    atexit.register(dump)
+
+
+def read(directory: Path) -> Counter[str]:
+    """The counts of every worker that wrote into ``directory``, summed."""
+    total: Counter[str] = Counter()
+    for path in directory.glob("*.json"):
+        total.update(json.loads(path.read_text()))
+    return total
