@@ -121,7 +121,7 @@ SELECT (SELECT count(*) FROM doomed WHERE is_root), (SELECT count(*) FROM runs),
 """
 
 
-def _table(model: type) -> str:
+def _table(model: type[models.Model]) -> str:
     return connection.ops.quote_name(model._meta.db_table)
 
 

@@ -74,8 +74,8 @@ class Command(BaseCommand):
         self.stdout.write(f"{expected:,} trees finished before {cutoff:%Y-%m-%d %H:%M:%S %Z} to prune")
         started = last_report = time.monotonic()
         while True:
-            batch = retention.prune_batch(cutoff, statuses, options["batch_size"])
-            if not batch.trees:
+            batch = retention.prune_batch(cutoff, statuses, options["batch_size"])  # None only when alone=True
+            if batch is None or not batch.trees:
                 break
             total += batch
             now_ = time.monotonic()
