@@ -114,15 +114,19 @@ class Worker:
         created = sync_declared()
         if created:
             logger.info("worker %s: created schedules declared in code: %s", self.id, ", ".join(created))
-        self.row.register()
+        # The handlers come before the registry row: a worker that shows as registered stops gracefully.
+        with graceful_signals(self.stop):
+            self.row.register()
+            return self._run_registered()
+
+    def _run_registered(self) -> int:
         traced = tracing.start()  # None unless the process uses OpenTelemetry
         self.crew.start()
         self.heartbeat.start()
         error = ""
         try:
-            with graceful_signals(self.stop):
-                self._main_loop()
-                self._shut_down()
+            self._main_loop()
+            self._shut_down()
         except BaseException as raised:
             error = error_text(raised)
             raise

@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_procedures.models import Lease, ProcedureRun
+from django_procedures.models import Lease, ProcedureRun, Worker
 from django_procedures.tasks.compat import TaskResultStatus, task_backends
 from testproject.testapp import extra_tasks, tasks
 from testproject.testapp.models import Effect
@@ -141,6 +141,10 @@ def test_each_failed_attempt_keeps_its_own_traceback(workers):
         assert trace.startswith("Traceback (most recent call last)"), trace
         assert f"ValueError: attempt {n} fails on purpose" in trace and "in flaky" in trace
     assert len(result.worker_ids) == 3 and set(result.worker_ids) <= {a.worker_id, b.worker_id}
+    # One worker may have run all three attempts while the other was still starting: a SIGTERM before its
+    # handlers exist would kill it, so stop them only once both are registered (handlers come first).
+    wait_for(lambda: Worker.objects.filter(worker_id__in=[a.worker_id, b.worker_id]).count() == 2,
+             timeout=60, what="both workers to register", workers=workers)
     for w in (a, b):
         w.signal(signal.SIGTERM)
         assert w.wait(30) == 0
