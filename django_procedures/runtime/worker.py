@@ -80,7 +80,8 @@ class Worker:
         # its thread returns.
         self.busy = 0
         self.prefetch = Prefetch(limit=config.prefetch)
-        self._lock = threading.Lock()
+        # Reentrant: the SIGTERM handler runs on the main thread, possibly while the main loop holds it.
+        self._lock = threading.RLock()
         self._work: queue.SimpleQueue[RunningClaim | None] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self.waker = Waker(listen=config.listen_notify and listens(),
