@@ -11,7 +11,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_procedures import registry
 from django_procedures.models import Schedule
-from django_procedures.tasks.runs import is_task_type
+from django_procedures.tasks.types import is_task_type
 
 #: Most distinct values a filter lists.
 VALUES_LIMIT = 200

@@ -30,7 +30,7 @@ from django_procedures.admin.tree_timeline import text_version, tree_timeline
 from django_procedures.admin.why import Reason, explain
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.policy.status import RunStatus
-from django_procedures.tasks.runs import TYPE_PREFIX, is_task_type
+from django_procedures.tasks.types import TYPE_PREFIX, is_task_type
 
 STEP_LIMIT = 500
 LEASE_LIMIT = 100

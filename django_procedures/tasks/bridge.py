@@ -28,10 +28,10 @@ def backend_alias() -> str | None:
 
 
 def _finished(sender: Any, procedure_id: Any, type_name: str, signal: Any = None, **kwargs: Any) -> None:
-    from django_procedures.tasks.backend import ProceduresBackend
-    from django_procedures.tasks.compat import task_finished
+    from django_procedures.tasks.compat import task_backends, task_finished
     from django_procedures.tasks.results import read_result, succeeded
-    from django_procedures.tasks.runs import is_task_type, succeeded_here
+    from django_procedures.tasks.runs import succeeded_here
+    from django_procedures.tasks.types import is_task_type
 
     if not is_task_type(type_name) or not task_finished.receivers:
         return
@@ -41,7 +41,7 @@ def _finished(sender: Any, procedure_id: Any, type_name: str, signal: Any = None
     # A success on this thread is reported from what its worker holds; any other ending is read from the run.
     attempt = succeeded_here(procedure_id) if signal is signals.procedure_done else None
     result = succeeded(*attempt) if attempt is not None else read_result(alias, procedure_id)
-    task_finished.send(sender=ProceduresBackend, task_result=result)
+    task_finished.send(sender=type(task_backends[alias]), task_result=result)
 
 
 def connect() -> None:

@@ -20,8 +20,9 @@ from django_procedures.tasks.compat import (
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
+    task_backends,
 )
-from django_procedures.tasks.runs import TYPE_PREFIX, registered_task
+from django_procedures.tasks.types import TYPE_PREFIX, registered_task
 
 
 class TaskCancelled(Exception):
@@ -57,9 +58,7 @@ def _task_of(module_path: str, alias: str) -> Any:
     if isinstance(found, Task):
         return found
     if callable(found):  # a Task made directly from a module-level function, not by @task
-        from django_procedures.tasks.backend import ProceduresTask
-
-        return ProceduresTask(func=found, backend=alias)
+        return task_backends[alias].task_class(func=found, backend=alias)
     raise ImportError(f"{module_path} is no longer a task function; its result cannot be read as a TaskResult")
 
 

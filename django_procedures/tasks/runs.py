@@ -18,27 +18,17 @@ from django_procedures.policy.retry import RetryPolicy, is_permanent
 from django_procedures.procedure import Procedure, Status, step
 from django_procedures.runtime.context import Context
 from django_procedures.store.db import is_disconnect
+from django_procedures.tasks import types
+from django_procedures.tasks.types import type_name_of
 from django_procedures.tasks.values import to_json
 
 logger = logging.getLogger("django_procedures.tasks")
-
-#: Type names of task runs start with this; what follows is the task function's module path.
-TYPE_PREFIX = "task:"
 
 #: What a task runs when neither ``@task(retry=...)`` nor ``OPTIONS["RETRY"]`` says otherwise: once,
 #: as the framework's documentation promises.
 RUN_ONCE = RetryPolicy(max_attempts=1)
 
-_classes: dict[str, type[TaskProcedure]] = {}
 _lock = threading.Lock()
-
-
-def type_name_of(module_path: str) -> str:
-    return f"{TYPE_PREFIX}{module_path}"
-
-
-def is_task_type(type_name: str) -> bool:
-    return type_name.startswith(TYPE_PREFIX)
 
 
 class TaskRaised(Exception):
@@ -85,7 +75,6 @@ class TaskProcedure(Procedure):
     task: ClassVar[Any]
 
     def call_task(self, ctx: Context) -> Status:
-        from django_procedures.tasks.backend import ProceduresBackend
         from django_procedures.tasks.compat import TaskContext, task_finished, task_started
         from django_procedures.tasks.results import attempt_result
 
@@ -97,7 +86,7 @@ class TaskProcedure(Procedure):
             result = attempt_result(ctx, task, args, kwargs)
         if task_started.receivers:
             # A failing receiver is logged; it never fails the task.
-            for receiver, outcome in task_started.send_robust(sender=ProceduresBackend, task_result=result):
+            for receiver, outcome in task_started.send_robust(sender=type(task.get_backend()), task_result=result):
                 if isinstance(outcome, Exception):
                     logger.error("task_started receiver %r failed", receiver, exc_info=outcome,
                                  extra=ctx.log_extra())
@@ -144,12 +133,6 @@ def _registered(cls: type[TaskProcedure]) -> bool:
         return False
 
 
-def registered_task(module_path: str) -> Any:
-    """The ``Task`` registered in this process for ``module_path``, or None."""
-    cls = _classes.get(module_path)
-    return None if cls is None else cls.task
-
-
 def procedure_for(task: Any, default_retry: RetryPolicy | None) -> type[TaskProcedure]:
     """The procedure type that runs ``task``, made and registered on first use.
 
@@ -158,7 +141,7 @@ def procedure_for(task: Any, default_retry: RetryPolicy | None) -> type[TaskProc
     by ``task.using(...)`` run under the same type.
     """
     path = task.module_path
-    cls = _classes.get(path)
+    cls = types.classes.get(path)
     if cls is not None and _registered(cls):
         return cls
     retry = getattr(task, "retry", None) or default_retry or RUN_ONCE
@@ -168,12 +151,12 @@ def procedure_for(task: Any, default_retry: RetryPolicy | None) -> type[TaskProc
         return self.call_task(ctx)
 
     with _lock:
-        cls = _classes.get(path)
+        cls = types.classes.get(path)
         if cls is None or not _registered(cls):  # new, or forgotten by the registry (testing.isolated_registry)
             qualname = f"TaskProcedure[{path}]"
             cls = type(qualname, (TaskProcedure,), {
                 "__module__": __name__, "__qualname__": qualname, "type_name": type_name_of(path),
                 "retry": retry, "task": task, "run": step(atomic=atomic)(run),
             })
-            _classes[path] = cls
+            types.classes[path] = cls
     return cls
