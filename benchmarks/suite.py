@@ -291,12 +291,20 @@ class Pickup:
     idle_cpu: float  # % of a core, the busier of the idle workers before the submits
 
 
-def measure_pickup(ctx: Context, db: str, settings: dict[str, Any] | None = None) -> Pickup:
-    """Start 2 idle workers on ``db`` and submit ``ctx.sizes.pickup`` procedures one at a time."""
+def measure_pickup(ctx: Context, db: str, settings: dict[str, Any] | None = None, *,
+                   submit: Callable[[int], Any] | None = None, type_name: str | None = None) -> Pickup:
+    """Start 2 idle workers on ``db`` and submit ``ctx.sizes.pickup`` runs one at a time.
+
+    ``submit(i)`` makes the i-th run and returns its id; its output must hold ``"started"`` (the worker's
+    clock when it ran), and ``type_name`` is the runs' type. Default: ``Stamp`` procedures.
+    """
     from django.db import connection, transaction
 
     from benchmarks.procedures import Stamp
     from django_procedures.models import ProcedureRun
+
+    if submit is None:
+        submit, type_name = (lambda i: Stamp.submit({"i": i}).id), Stamp.type_name
 
     n, rate, t = ctx.sizes.pickup, ctx.sizes.pickup_rate, ctx.threads
     with ctx.workers(db) as pool:
@@ -308,18 +316,18 @@ def measure_pickup(ctx: Context, db: str, settings: dict[str, Any] | None = None
         time.sleep(ctx.sizes.idle_window)
         cpu1, t1 = [w.cpu_seconds() for w in started], time.monotonic()
         cpu = max(b - a for a, b in zip(cpu0, cpu1, strict=True)) / (t1 - t0) * 100
-        committed: dict[Any, float] = {}
+        committed: dict[str, float] = {}
         begin = time.monotonic()
         for i in range(n):
             delay = begin + i / rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
             with transaction.atomic():
-                handle = Stamp.submit({"i": i})
-            committed[handle.id] = time.time()
-        wait_until_done(n, timeout=ctx.sizes.timeout, workers=pool, type_name=Stamp.type_name)
+                run_id = submit(i)
+            committed[str(run_id)] = time.time()
+        wait_until_done(n, timeout=ctx.sizes.timeout, workers=pool, type_name=type_name)
         rows = ProcedureRun.objects.filter(id__in=list(committed)).values_list("id", "output", "started_at")
-        outputs = {pid: (output["started"], claimed.timestamp()) for pid, output, claimed in rows}
+        outputs = {str(pid): (output["started"], claimed.timestamp()) for pid, output, claimed in rows}
     # started_at is the worker's clock just before its claim transaction: where the time goes.
     return Pickup(latencies=[(outputs[pid][0] - at) * 1000 for pid, at in committed.items()],
                   woken=[(outputs[pid][1] - at) * 1000 for pid, at in committed.items()],

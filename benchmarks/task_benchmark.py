@@ -13,11 +13,10 @@ counts: ``thr-W2`` (2 ``db_worker`` processes, default settings) and ``lat-W2``.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from benchmarks.harness import percentile, wait_until_done
-from benchmarks.suite import Context, Metric, drain_noops
+from benchmarks.harness import percentile
+from benchmarks.suite import Context, Metric, drain_noops, measure_pickup
 
 #: The peer's harness scenarios that match ours: 2 workers at their default settings.
 PEER, PEER_THROUGHPUT, PEER_PICKUP = "dtdb", "thr-W2", "lat-W2"
@@ -37,34 +36,13 @@ def enqueue_noops(n: int) -> None:
 def pickup_latencies(ctx: Context, label: str) -> tuple[list[float], float]:
     """Pickup latencies (ms) of ``sizes.pickup`` tasks enqueued at ``sizes.pickup_rate``/s, and the idle CPU
     (% of a core) of the busier of 2 idle workers before them."""
-    from django.db import connection, transaction
-
     from benchmarks.tasks import stamp
-    from django_procedures.models import ProcedureRun
+    from django_procedures.tasks.types import type_name_of
 
-    n, rate = ctx.sizes.pickup, ctx.sizes.pickup_rate
-    with ctx.databases.fresh(label) as db, ctx.workers(db) as pool:
-        connection.ensure_connection()
-        started = pool.start(2, concurrency=ctx.threads, burst=False)
-        pool.wait_idle(ctx.server, db, 2)
-        time.sleep(ctx.sizes.settle)
-        cpu0, t0 = [w.cpu_seconds() for w in started], time.monotonic()
-        time.sleep(ctx.sizes.idle_window)
-        cpu1, t1 = [w.cpu_seconds() for w in started], time.monotonic()
-        idle = max(b - a for a, b in zip(cpu0, cpu1, strict=True)) / (t1 - t0) * 100
-        committed: dict[str, float] = {}
-        begin = time.monotonic()
-        for i in range(n):
-            delay = begin + i / rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            with transaction.atomic():
-                result = stamp.enqueue()
-            committed[result.id] = time.time()
-        wait_until_done(n, timeout=ctx.sizes.timeout, workers=pool)
-        outputs = {str(pid): output["started"] for pid, output in
-                   ProcedureRun.objects.filter(type_name__startswith="task:").values_list("id", "output")}
-    return [(outputs[tid] - at) * 1000 for tid, at in committed.items()], idle
+    with ctx.databases.fresh(label) as db:
+        measured = measure_pickup(ctx, db, submit=lambda i: stamp.enqueue().id,
+                                  type_name=type_name_of(stamp.module_path))
+    return measured.latencies, measured.idle_cpu
 
 
 def tasks(ctx: Context) -> list[Metric]:
