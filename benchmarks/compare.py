@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.harness import BenchmarkError, close_connection, finished_span, median
+from benchmarks.harness import median
 from benchmarks.peers import run_peer
-from benchmarks.suite import Context, submit
+from benchmarks.suite import Context, run_burst, submit
 
 
 @dataclass(frozen=True)
@@ -101,21 +101,10 @@ def drain(ctx: Context, label: str, work: str, n: int) -> Ours:
         with connection.cursor() as cursor:  # as the peer driver does before its workers start
             cursor.execute("ANALYZE")
             cursor.execute("CHECKPOINT")
-        close_connection()
-        ctx.server.wait_disconnected(db)
-        before = ctx.server.xact_commit(db)
-        with ctx.workers(db) as pool:
-            started = pool.start(WORKERS, concurrency=ctx.threads, burst=True)
-            pool.wait_exit(started, ctx.sizes.timeout)
-        ctx.server.wait_disconnected(db)
-        commits = ctx.server.xact_commit(db) - before
-        found, first, last = finished_span(since)
-        if found != count:
-            raise BenchmarkError(f"expected {count} procedures, found {found}")
-        t0 = min(w.started for w in started)
+        run = run_burst(ctx, db, since, count, WORKERS)
         units = count * steps
-        return Ours(units / (last - t0), units / (last - first), commits / units,
-                    max(w.last.hwm_kb for w in started) / 1024)
+        return Ours(units / (run.last - run.t0), units / (run.last - run.first), run.commits / units,
+                    max(w.last.hwm_kb for w in run.started) / 1024)
 
 
 def compare(ctx: Context, n: int) -> list[Pairs]:

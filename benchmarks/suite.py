@@ -166,6 +166,40 @@ def drain_noops(ctx: Context, label: str, n: int, workers: int, template: str | 
         return _drain_noops_in(ctx, fresh, n, workers, settings, fill)
 
 
+@dataclass
+class Burst:
+    """What :func:`run_burst` saw: the workers (with their stats and the pool's CPU readings), the commits
+    they made, and the first and last finish of the runs submitted since the drain's start."""
+
+    started: list[Any]
+    pool: Any
+    commits: int
+    first: float
+    last: float
+
+    @property
+    def t0(self) -> float:
+        """When the first worker started: throughput "from worker start" counts from here."""
+        return min(w.started for w in self.started)
+
+
+def run_burst(ctx: Context, db: str, since: Any, expected: int, workers: int, **start: Any) -> Burst:
+    """Start ``workers`` burst workers on ``db`` (``start``: more ``pool.start`` arguments), wait for them to
+    exit, and check that the ``expected`` runs submitted since ``since`` all finished."""
+    close_connection()
+    ctx.server.wait_disconnected(db)
+    before = ctx.server.xact_commit(db)
+    with ctx.workers(db) as pool:
+        started = pool.start(workers, concurrency=ctx.threads, burst=True, **start)
+        pool.wait_exit(started, ctx.sizes.timeout)
+    ctx.server.wait_disconnected(db)
+    commits = ctx.server.xact_commit(db) - before
+    count, first, last = finished_span(since)
+    if count != expected:
+        raise BenchmarkError(f"expected {expected} procedures, found {count}")
+    return Burst(started, pool, commits, first, last)
+
+
 def _drain_noops_in(ctx: Context, db: str, n: int, workers: int, settings: dict[str, Any] | None,
                     fill: Callable[[int], None] | None) -> Drain:
     from benchmarks.procedures import Noop
@@ -176,23 +210,12 @@ def _drain_noops_in(ctx: Context, db: str, n: int, workers: int, settings: dict[
     else:
         fill(n)
     checkpoint()
-    close_connection()
-    ctx.server.wait_disconnected(db)
-    before = ctx.server.xact_commit(db)
-    with ctx.workers(db) as pool:
-        started = pool.start(workers, concurrency=ctx.threads, burst=True, settings=settings)
-        pool.wait_exit(started, ctx.sizes.timeout)
-    ctx.server.wait_disconnected(db)
-    commits = ctx.server.xact_commit(db) - before
-    count, first, last = finished_span(since)
-    if count != n:
-        raise BenchmarkError(f"expected {n} procedures, found {count}")
-    t0 = min(w.started for w in started)
-    db_cpu = pool.database_cpu()
-    return Drain(rate=n / (last - t0), steady=n / (last - first), commits=commits / n,
-                 rss_mb=max(w.last.rss_kb for w in started) / 1024,
-                 peak_mb=max(w.last.hwm_kb for w in started) / 1024,
-                 worker_cpu_ms=pool.worker_cpu() / n * 1000,
+    run = run_burst(ctx, db, since, n, workers, settings=settings)
+    db_cpu = run.pool.database_cpu()
+    return Drain(rate=n / (run.last - run.t0), steady=n / (run.last - run.first), commits=run.commits / n,
+                 rss_mb=max(w.last.rss_kb for w in run.started) / 1024,
+                 peak_mb=max(w.last.hwm_kb for w in run.started) / 1024,
+                 worker_cpu_ms=run.pool.worker_cpu() / n * 1000,
                  db_cpu_ms=db_cpu / n * 1000 if db_cpu is not None else float("nan"))
 
 
@@ -556,18 +579,8 @@ def _drain_steps(ctx: Context, label: str, cls: Any, n: int, args: Sequence[str]
         since = _now()
         with _submitter_span(traced):
             submit(cls, [{}] * n)
-        close_connection()
-        ctx.server.wait_disconnected(db)
-        before = ctx.server.xact_commit(db)
-        with ctx.workers(db) as pool:
-            started = pool.start(2, concurrency=ctx.threads, burst=True, args=args, env=env)
-            pool.wait_exit(started, ctx.sizes.timeout)
-        ctx.server.wait_disconnected(db)
-        commits = ctx.server.xact_commit(db) - before
-        count, first, last = finished_span(since)
-        if count != n:
-            raise BenchmarkError(f"expected {n} procedures, found {count}")
-    return n * 10 / (last - first), commits / (n * 10)
+        run = run_burst(ctx, db, since, n, 2, args=args, env=env)
+    return n * 10 / (run.last - run.first), run.commits / (n * 10)
 
 
 def _submitter_span(traced: bool) -> Any:
