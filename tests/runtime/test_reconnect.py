@@ -41,12 +41,16 @@ LEASE = 30
 WAIT = 120
 
 
-def backends(worker) -> dict[str, int]:
-    """``{role: pid}`` of the worker's connections to the test database (main, heartbeat, listen, exec-N)."""
+def backends(worker) -> list[tuple[str, int]]:
+    """``(role, pid)`` of the worker's connections to the test database (main, heartbeat, listen, exec-N).
+
+    Behind PgBouncer a role may show on several server connections (one lent to it now, others idle
+    that served it last), so this is a list: a dict keyed by role would keep one of them at random.
+    """
     with connection.cursor() as cursor:
         cursor.execute("SELECT application_name, pid FROM pg_stat_activity WHERE datname = current_database() "
                        "AND application_name LIKE %s", [f"{APPLICATION_NAME_PREFIX}/%/{worker.worker_id}"])
-        return {name.split("/")[1]: pid for name, pid in cursor.fetchall()}
+        return [(name.split("/")[1], pid) for name, pid in cursor.fetchall()]
 
 
 @direct_only("a server connection shows the name of the client it serves or served last, so idle clients "
@@ -59,7 +63,7 @@ def test_worker_connections_are_named_by_role(workers, tmp_path):
     wait_for(lambda: Path(f"{marker}.two").exists(), timeout=WAIT, workers=workers, what="step two to start")
 
     def named():
-        roles = set(backends(w))
+        roles = {role for role, _ in backends(w)}
         return roles >= {"main", "heartbeat", "listen"} and roles & {"exec-0", "exec-1"} and roles
 
     roles = wait_for(named, timeout=WAIT, workers=workers, what="the worker's named connections")
@@ -81,7 +85,7 @@ def terminate(pids) -> None:
 
 
 def executor_backends(worker) -> list[int]:
-    return [pid for role, pid in backends(worker).items() if role.startswith("exec-")]
+    return [pid for role, pid in backends(worker) if role.startswith("exec-")]
 
 
 def status_of(pid) -> str:
