@@ -83,6 +83,12 @@ class Waker:
             woken = self._take_notifications() or woken
         return woken
 
+    def sleep(self, timeout: float) -> None:
+        """Sleep up to ``timeout`` seconds, or until ``wake()``; the database is not touched (it may be down)."""
+        readable, _, _ = select.select([self._read], [], [], max(0.0, timeout))
+        if readable:
+            self._drain_pipe()
+
     def _take_notifications(self) -> bool:
         try:
             ours = False

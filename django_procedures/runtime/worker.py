@@ -80,7 +80,7 @@ class Worker:
         # its thread returns.
         self.busy = 0
         self.prefetch = Prefetch(limit=config.prefetch)
-        # Reentrant: the SIGTERM handler runs on the main thread, possibly while the main loop holds it.
+        # Reentrant: stop() takes it, and embedding code may call stop() from a thread that holds it.
         self._lock = threading.RLock()
         self._work: queue.SimpleQueue[RunningClaim | None] = queue.SimpleQueue()
         self._stopping = threading.Event()
@@ -90,6 +90,7 @@ class Worker:
         self.row = WorkerRow(worker_id=self.id, queues=config.queues, concurrency=config.concurrency,
                              lease_seconds=config.lease_seconds)
         self._stop_reason: str | None = None  # the first reason given to stop(), or "burst"
+        self._signalled: str | None = None  # the first SIGTERM/SIGINT, not yet acted on by the main loop
         self.crew = Crew(config.concurrency, self._executor_loop)
         self.heartbeat = self._heartbeat()
 
@@ -116,7 +117,7 @@ class Worker:
         if created:
             logger.info("worker %s: created schedules declared in code: %s", self.id, ", ".join(created))
         # The handlers come before the registry row: a worker that shows as registered stops gracefully.
-        with graceful_signals(self.stop):
+        with graceful_signals(self._on_signal):
             self.row.register()
             return self._run_registered()
 
@@ -140,6 +141,21 @@ class Worker:
             connection_created.disconnect(dispatch_uid=f"procedures-worker-name-{self.id}")
             self._log_stats("stopped")
         return 0
+
+    def _on_signal(self, name: str) -> None:
+        """In the signal handler: note the signal and wake the main loop, which calls :meth:`stop`.
+
+        A handler runs between two bytecodes of the main thread, which may hold any lock at that moment
+        (an ``Event``'s is not reentrant: setting one here could wait for ever), so it takes none.
+        """
+        self._signalled = name
+        self.waker.wake()
+
+    def _should_stop(self) -> bool:
+        """On the main thread: act on a signal noted by :meth:`_on_signal`; True once stopping."""
+        if self._signalled is not None and not self._stopping.is_set():
+            self.stop(self._signalled)
+        return self._stopping.is_set()
 
     def stop(self, reason: str = "stop requested") -> None:
         """Stop claiming; running steps see ``ensure_active()`` raise at their next check."""
@@ -210,7 +226,7 @@ class Worker:
     def _main_loop(self) -> None:
         chores = self._chores()
         backoff = 0.0
-        while not self._stopping.is_set():
+        while not self._should_stop():
             try:
                 self._replace_dead_threads()
                 close_old_connections()
@@ -252,7 +268,7 @@ class Worker:
                 connection.close()
                 self.waker.close_connection()
                 backoff = min(max(backoff * 2, 0.2), 10.0)
-                self._stopping.wait(backoff)
+                self.waker.sleep(backoff)  # a signal (or stop()) cuts it short
 
     def _claim(self, wanted: int) -> int:
         claims = claim(self.id, type_names=self.types, queues=self.config.queues, limit=wanted,

@@ -2,6 +2,9 @@
 
 import itertools
 import logging
+import os
+import signal
+import threading
 import time
 
 import pytest
@@ -10,6 +13,7 @@ from django_procedures.models import ProcedureRun
 from django_procedures.policy.prefetch import GIVE_BACK_SECONDS
 from django_procedures.runtime import worker as worker_module
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute
+from django_procedures.runtime.shutdown import graceful_signals
 from django_procedures.runtime.worker import Worker, resolve_config
 from django_procedures.store.claim import claim
 from testproject.testapp.procedures import ThreeSteps
@@ -92,3 +96,37 @@ def test_a_claim_that_got_fewer_than_it_asked_for_is_not_followed_at_once_by_ano
     assert set(ProcedureRun.objects.values_list("status", flat=True)) == {"done"}
     # The claim that got it; then, once it finished and woke the loop, the one that found the queue empty.
     assert got == [(4, 1), (4, 0)], got
+
+
+# -- SIGTERM: the handler only notes it ---------------------------------------------------------------------------
+
+
+def test_the_signal_handler_waits_for_no_lock_the_main_thread_holds(settings):
+    """A handler runs between two bytecodes of the main thread, which may hold a lock at that moment: here the
+    non-reentrant lock inside the worker's stop Event (as within ``Event.wait()``). A handler that set the Event
+    there waited for ever; a watchdog thread releases the lock after 10 s so that this test fails instead."""
+    settings.PROCEDURES = {"LISTEN_NOTIFY": False}
+    worker = Worker(resolve_config(concurrency=1, lease_seconds=30))  # its threads are not started
+    held = worker._stopping._cond._lock  # CPython's Event: a Condition over a plain Lock
+    handled, blocked = threading.Event(), []
+
+    def watchdog():
+        if not handled.wait(10):
+            blocked.append(True)
+            held.release()
+
+    try:
+        with graceful_signals(worker._on_signal):
+            held.acquire()
+            threading.Thread(target=watchdog, daemon=True).start()
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler runs before kill() returns to this frame
+            handled.set()
+            if not blocked:
+                held.release()
+        assert not blocked, "the signal handler waited for a lock the main thread held"
+        assert not worker._stopping.is_set()  # noted only: the main loop acts on it
+        assert worker.waker.wait(0)  # and woken to do so
+        assert worker._should_stop() and worker._stop_reason == "SIGTERM"
+        assert worker._stopping.is_set()
+    finally:
+        worker.waker.close()
