@@ -1,4 +1,4 @@
-"""What a worker logs about itself: the stats line, and ready procedures of types it does not know."""
+"""What a worker checks and logs about itself: its tables, the stats line, ready procedures of unknown types."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from django_procedures.runtime.outage import watch
 from django_procedures.store.claim import unknown_types
 from django_procedures.store.db import is_disconnect
+from django_procedures.store.schema import require_tables
 
 logger = logging.getLogger("django_procedures.worker")
 
@@ -45,3 +46,17 @@ def report_unknown_types(worker_id: str, types: Sequence[str]) -> None:
                        "they are left for a worker that does. A worker learns procedure classes at start-up, "
                        "from the 'procedures' module of each installed app: define or import the class there, "
                        "and restart the workers after deploying a new one", count, type_name)
+
+
+def tables_ready(worker_id: str) -> bool:
+    """Raise ``ProceduresNotMigrated`` if the tables are missing; False when the database cannot be asked."""
+    try:
+        require_tables()
+        return True
+    except DatabaseError as error:
+        if is_disconnect(error):
+            watch.lost(error, "start-up")
+        else:
+            logger.warning("worker %s: could not check the tables: %s", worker_id, error)
+        connection.close()
+        return False

@@ -13,7 +13,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import close_old_connections, connection
 from django.db.backends.signals import connection_created
 
 from django_procedures import clock, registry
@@ -45,7 +45,7 @@ from django_procedures.store.db import is_conflict, is_disconnect
 from django_procedures.store.listening import listens
 from django_procedures.store.maintenance import maintain
 from django_procedures.store.schedules import sync_declared
-from django_procedures.store.schema import is_missing_table, require_tables
+from django_procedures.store.schema import is_missing_table
 from django_procedures.store.ticks import next_tick_due, tick
 
 logger = logging.getLogger("django_procedures.worker")
@@ -111,8 +111,8 @@ class Worker:
         logger.info("worker %s started: queues=%s concurrency=%d database=%s types=%d lease=%gs", self.id,
                     ",".join(self.config.queues) if self.config.queues else "*", self.config.concurrency,
                     connection.vendor, len(self.types), self.config.lease_seconds)
-        self._tables_checked = self._check_tables()
-        self._report_unknown_types()
+        self._tables_checked = reporting.tables_ready(self.id)
+        reporting.report_unknown_types(self.id, self.types)
         created = sync_declared()
         if created:
             logger.info("worker %s: created schedules declared in code: %s", self.id, ", ".join(created))
@@ -231,7 +231,7 @@ class Worker:
                 self._replace_dead_threads()
                 close_old_connections()
                 if not self._tables_checked:  # the database was down at start-up
-                    self._tables_checked = self._check_tables()
+                    self._tables_checked = reporting.tables_ready(self.id)
                 for chore in chores:
                     chore.run_if_due()
                 self._give_back_stale()
@@ -398,22 +398,6 @@ class Worker:
 
     def _log_stats(self, label: str) -> None:
         reporting.log_stats(self.id, label, self.stats, self.types)
-
-    def _check_tables(self) -> bool:
-        """Raise ``ProceduresNotMigrated`` if the tables are missing; False when the database cannot be asked."""
-        try:
-            require_tables()
-            return True
-        except DatabaseError as error:
-            if is_disconnect(error):
-                watch.lost(error, "start-up")
-            else:
-                logger.warning("worker %s: could not check the tables: %s", self.id, error)
-            connection.close()
-            return False
-
-    def _report_unknown_types(self) -> None:
-        reporting.report_unknown_types(self.id, self.types)
 
 
 _STAT = {Outcome.COMPLETED: "succeeded", Outcome.SUSPENDED: "suspended", Outcome.RETRIED: "retried",
