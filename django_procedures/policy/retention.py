@@ -19,10 +19,13 @@ def next_batch_trees(asked: int, deleted: int, took: float, *, seconds: float, m
     took longer sets the next one at once to what fits at its pace (a slow batch
     is a fact; large trees stay large). A faster one grows the next at most
     ``GROWTH`` times, and only if it was full: the last, short batch of a
-    backlog says nothing about a full one.
+    backlog says nothing about a full one, nor a batch that found no tree
+    about the trees.
     """
-    if took > seconds:
-        trees = round(max(deleted, 1) * seconds / took)
+    if deleted == 0:  # nothing to judge the trees by (a slow one: the search for them was slow)
+        trees = asked
+    elif took > seconds:
+        trees = round(deleted * seconds / took)
     elif deleted < asked:
         trees = asked
     else:

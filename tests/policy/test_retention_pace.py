@@ -12,7 +12,7 @@ from django_procedures.policy.retention import next_batch_trees
     (500, 500, 0.5, 50),       # ten times too slow: a tenth, at once
     (500, 20, 0.5, 2),         # a short batch of large trees, too slow: at its pace
     (500, 3, 10.0, 1),         # one tree takes longer than a batch should: one tree at a time
-    (500, 0, 1.0, 1),          # nothing deleted, yet slow: one
+    (500, 0, 1.0, 500),        # nothing deleted, yet slow: nothing learnt about the trees
     (500, 120, 0.01, 500),     # the last, short batch of a backlog, fast: says nothing about a full one
     (8000, 8000, 0.01, 10_000),  # never more than the most
     (20_000, 20_000, 0.05, 10_000),
