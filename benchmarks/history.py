@@ -1,8 +1,9 @@
 """Benchmarks of a long history: how fast retention prunes it, and what keeping ten million runs costs.
 
 ``retention`` seeds finished procedures (each with its Step and Lease row), times
-the prune workers run, and drains no-op procedures with and without the
-workers' retention pass going on. ``history`` seeds the admin's realistic rows
+the prune as ``procedures_prune`` runs it (and its CPU, again on a copy without
+the foreign keys that reference a procedure, to show what their checks cost),
+and drains no-op procedures with and without the workers' retention pass going on. ``history`` seeds the admin's realistic rows
 (``benchmarks.admin_plans``) at ``Sizes.history_procedures`` and measures claims,
 pickup and the admin's pages beside an empty table; it runs only when named
 (``--only history``) or in ``--quick`` form.
@@ -91,6 +92,19 @@ def _foreign_key_share(cutoff: Any, trees: int) -> float:
     return checks / total * 100
 
 
+def _drop_foreign_keys_to_procedures() -> None:
+    """Drop every foreign key that references a procedure, on this (throwaway) database: what they cost."""
+    from django.db import connection
+
+    from django_procedures.models import ProcedureRun
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT conrelid::regclass::text, quote_ident(conname) FROM pg_constraint "
+                       "WHERE contype = 'f' AND confrelid = %s::regclass", [ProcedureRun._meta.db_table])
+        for table, name in cursor.fetchall():
+            cursor.execute(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
+
+
 def retention(ctx: Any) -> list[Any]:
     from benchmarks.suite import KEEP_HISTORY, Metric, _now, drain_noops, seed_backlog
     from django_procedures.models import ProcedureRun, Step
@@ -101,7 +115,7 @@ def retention(ctx: Any) -> list[Any]:
     ctx.progress(f"  seeding {n:,} finished procedures (1 to 61 days old, in the order they finished, each with a "
                  "step and a lease; once)")
     seeded = ctx.databases.template("retention", lambda: seed_backlog(n, 0, in_order=True))
-    rates, longest, off, on, ratio, pruned, cpu_ms, fk_share, sizes = [], [], [], [], [], [], [], [], []
+    rates, longest, off, on, ratio, pruned, cpu_ms, fk_share, sizes, bare_ms = [], [], [], [], [], [], [], [], [], []
     pruning = {"RETENTION": "1d"}  # every seeded procedure is older; the drained ones are not
     for run in range(ctx.runs):
         with ctx.databases.fresh(f"retention_prune_{run}", seeded):
@@ -120,6 +134,13 @@ def retention(ctx: Any) -> list[Any]:
                      f"{max(asked)} trees, the longest {longest[-1]:.0f} ms; PostgreSQL CPU "
                      f"{cpu_ms[-1] if cpu_ms else float('nan'):.3f} ms per procedure, {fk_share[-1]:.0f}% of a "
                      "batch checking foreign keys")
+        with ctx.databases.fresh(f"retention_bare_{run}", seeded):
+            _drop_foreign_keys_to_procedures()
+            deleted, _, _, cpu, _ = _prune_all(_now() - timedelta(days=1))
+        if cpu is not None:
+            bare_ms.append(cpu / deleted * 1000)
+            ctx.progress(f"  retention run {run + 1}: the same on a copy without the foreign keys that reference a "
+                         f"procedure: PostgreSQL CPU {bare_ms[-1]:.3f} ms per procedure")
         results = {}
         order = [("off", KEEP_HISTORY), ("on", pruning)]
         for name, settings in (order if run % 2 == 0 else order[::-1]):  # neither side always goes first
@@ -145,6 +166,8 @@ def retention(ctx: Any) -> list[Any]:
                digits=3),
         Metric("11 retention", "capacity of one idle core at that CPU cost: 1000 / ms", "procedures/s",
                [1000 / v for v in cpu_ms if v > 0], "≥ 50,000", lambda v: v >= 50_000),
+        Metric("11 retention", "same CPU on a copy without the foreign keys that reference a procedure (what they "
+               "cost; not the shipped schema)", "ms", bare_ms, digits=3),
         Metric("11 retention", f"{what}, retention off", "procedures/s", off),
         Metric("11 retention", "same, the workers pruning (RETENTION=1d)", "procedures/s", on),
         Metric("11 retention", "pruning / not pruning (paired runs)", "%", ratio, "≥ 90", lambda v: v >= 90),
