@@ -3,10 +3,11 @@
 ``retention`` seeds finished procedures (each with its Step and Lease row), times
 the prune as ``procedures_prune`` runs it (and its CPU, again on a copy without
 the foreign keys that reference a procedure, to show what their checks cost),
-and drains no-op procedures with and without the workers' retention pass going on. ``history`` seeds the admin's realistic rows
-(``benchmarks.admin_plans``) at ``Sizes.history_procedures`` and measures claims,
-pickup and the admin's pages beside an empty table; it runs only when named
-(``--only history``) or in ``--quick`` form.
+and drains no-op procedures with and without the workers' retention pass going on.
+``history`` seeds the admin's realistic rows (``benchmarks.admin_plans``) at
+``Sizes.history_procedures`` and measures claims, pickup and the admin's pages
+beside an empty table; it runs only when named (``--only history``) or in
+``--quick`` form.
 """
 
 from __future__ import annotations
