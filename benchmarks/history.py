@@ -1,11 +1,13 @@
 """Benchmarks of a long history: how fast retention prunes it, and what keeping ten million runs costs.
 
 ``retention`` seeds finished procedures (each with its Step and Lease row), times
-the prune workers run, and drains no-op procedures with and without the
-workers' retention pass going on. ``history`` seeds the admin's realistic rows
-(``benchmarks.admin_plans``) at ``Sizes.history_procedures`` and measures claims,
-pickup and the admin's pages beside an empty table; it runs only when named
-(``--only history``) or in ``--quick`` form.
+the prune as ``procedures_prune`` runs it (and its CPU, again on a copy without
+the foreign keys that reference a procedure, to show what their checks cost),
+and drains no-op procedures with and without the workers' retention pass going on.
+``history`` seeds the admin's realistic rows (``benchmarks.admin_plans``) at
+``Sizes.history_procedures`` and measures claims, pickup and the admin's pages
+beside an empty table; it runs only when named (``--only history``) or in
+``--quick`` form.
 """
 
 from __future__ import annotations
@@ -38,53 +40,108 @@ def _backend_cpu() -> float | None:
         return None
 
 
-def _prune_all(cutoff: Any, batch_size: int) -> tuple[int, float, float, float | None]:
-    """Prune every tree finished before ``cutoff``.
+def _prune_all(cutoff: Any) -> tuple[int, float, float, float | None, list[int]]:
+    """Prune every tree finished before ``cutoff`` as ``procedures_prune`` does (batches paced by their time).
 
-    Returns (procedures deleted, seconds, longest batch in seconds, PostgreSQL CPU seconds or None).
+    Returns (procedures deleted, seconds, longest batch in seconds, PostgreSQL CPU seconds or None, the trees
+    each batch asked for).
     """
-    from django_procedures.store import retention
+    from django_procedures.runtime.retention import Pace
 
-    total, longest = 0, 0.0
+    pace = Pace()
+    total, longest, asked = 0, 0.0, []
     cpu0 = _backend_cpu()
     started = time.perf_counter()
     while True:
         t = time.perf_counter()
-        batch = retention.prune_batch(cutoff, batch_size=batch_size)
+        asked.append(pace.trees)
+        batch, full = pace.prune_batch(cutoff)
         longest = max(longest, time.perf_counter() - t)
-        total += batch.procedures
-        if batch.trees < batch_size:
+        total += batch.procedures if batch else 0
+        if not full:
             seconds = time.perf_counter() - started
             cpu1 = _backend_cpu()
-            return total, seconds, longest, (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None
+            return total, seconds, longest, (cpu1 - cpu0) if cpu0 is not None and cpu1 is not None else None, asked
+
+
+def _foreign_key_share(cutoff: Any, trees: int) -> float:
+    """Percent of one batch's time spent checking the foreign keys of the deleted procedures.
+
+    ``EXPLAIN (ANALYZE)`` of the batch's statement, the constraints made immediate so their checks (one per
+    deleted procedure and referencing foreign key, run at commit otherwise) show as "Trigger for constraint"
+    lines; a first batch warms the caches and is not counted; both are rolled back.
+    """
+    import re
+
+    from django.db import connection, transaction
+
+    from django_procedures.models import KeyRequest, Lease, ProcedureRun, Step
+    from django_procedures.policy.status import FINAL
+    from django_procedures.store import retention as store
+
+    sql = store._PRUNE_SQL.format(run=store._table(ProcedureRun), step=store._table(Step), lease=store._table(Lease),
+                                  key=store._table(KeyRequest))
+    params = {"cutoff": cutoff, "statuses": sorted(FINAL), "final": sorted(FINAL), "limit": trees}
+    for _ in range(2):
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            cursor.execute("EXPLAIN (ANALYZE) " + sql, params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            transaction.set_rollback(True)
+    checks = sum(float(m) for m in re.findall(r"^Trigger for constraint .*time=([0-9.]+)", plan, re.M))
+    total = float(re.search(r"^Execution Time: ([0-9.]+)", plan, re.M).group(1))  # type: ignore[union-attr]
+    return checks / total * 100
+
+
+def _drop_foreign_keys_to_procedures() -> None:
+    """Drop every foreign key that references a procedure, on this (throwaway) database: what they cost."""
+    from django.db import connection
+
+    from django_procedures.models import ProcedureRun
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT conrelid::regclass::text, quote_ident(conname) FROM pg_constraint "
+                       "WHERE contype = 'f' AND confrelid = %s::regclass", [ProcedureRun._meta.db_table])
+        for table, name in cursor.fetchall():
+            cursor.execute(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
 
 
 def retention(ctx: Any) -> list[Any]:
     from benchmarks.suite import KEEP_HISTORY, Metric, _now, drain_noops, seed_backlog
     from django_procedures.models import ProcedureRun, Step
-    from django_procedures.runtime.retention import BATCH_TREES
+    from django_procedures.runtime.retention import BATCH_SECONDS, BATCH_TREES
 
     s = ctx.sizes
     n = s.retention_procedures
     ctx.progress(f"  seeding {n:,} finished procedures (1 to 61 days old, in the order they finished, each with a "
                  "step and a lease; once)")
     seeded = ctx.databases.template("retention", lambda: seed_backlog(n, 0, in_order=True))
-    rates, longest, off, on, ratio, pruned, cpu_ms = [], [], [], [], [], [], []
+    rates, longest, off, on, ratio, pruned, cpu_ms, fk_share, sizes, bare_ms = [], [], [], [], [], [], [], [], [], []
     pruning = {"RETENTION": "1d"}  # every seeded procedure is older; the drained ones are not
     for run in range(ctx.runs):
         with ctx.databases.fresh(f"retention_prune_{run}", seeded):
             steps = Step.objects.count()
-            deleted, seconds, worst, cpu = _prune_all(_now() - timedelta(days=1), BATCH_TREES)
+            fk_share.append(_foreign_key_share(_now() - timedelta(days=1), BATCH_TREES))
+            deleted, seconds, worst, cpu, asked = _prune_all(_now() - timedelta(days=1))
             if deleted != n or Step.objects.exists():
                 raise BenchmarkError(f"pruned {deleted} of {n} procedures; {Step.objects.count()} steps left")
         rates.append(deleted / seconds)
         longest.append(worst * 1000)
+        sizes.append(sorted(asked)[len(asked) // 2])
         if cpu is not None:
             cpu_ms.append(cpu / deleted * 1000)
         ctx.progress(f"  retention run {run + 1}: pruned {deleted:,} procedures, {steps:,} steps and as many leases "
-                     f"in {seconds:.2f}s: {rates[-1]:,.0f} procedures/s; longest batch of {BATCH_TREES} trees "
-                     f"{longest[-1]:.0f} ms; PostgreSQL CPU {cpu_ms[-1] if cpu_ms else float('nan'):.3f} ms per "
-                     "procedure")
+                     f"in {seconds:.2f}s: {rates[-1]:,.0f} procedures/s; {len(asked)} batches of {min(asked)} to "
+                     f"{max(asked)} trees, the longest {longest[-1]:.0f} ms; PostgreSQL CPU "
+                     f"{cpu_ms[-1] if cpu_ms else float('nan'):.3f} ms per procedure, {fk_share[-1]:.0f}% of a "
+                     "batch checking foreign keys")
+        with ctx.databases.fresh(f"retention_bare_{run}", seeded):
+            _drop_foreign_keys_to_procedures()
+            deleted, _, _, cpu, _ = _prune_all(_now() - timedelta(days=1))
+        if cpu is not None:
+            bare_ms.append(cpu / deleted * 1000)
+            ctx.progress(f"  retention run {run + 1}: the same on a copy without the foreign keys that reference a "
+                         f"procedure: PostgreSQL CPU {bare_ms[-1]:.3f} ms per procedure")
         results = {}
         order = [("off", KEEP_HISTORY), ("on", pruning)]
         for name, settings in (order if run % 2 == 0 else order[::-1]):  # neither side always goes first
@@ -100,13 +157,18 @@ def retention(ctx: Any) -> list[Any]:
                      f"{on[-1]:,.0f}/s ({ratio[-1]:.0f}%); they pruned {pruned[-1]:,} old procedures meanwhile")
     what = f"{s.throughput:,} no-op procedures, 2 workers x {ctx.threads} threads, beside {n:,} old finished"
     return [
-        Metric("11 retention", f"prune {n:,} finished procedures (+ a step and a lease each), batches of "
-               f"{BATCH_TREES} trees", "procedures/s", rates, "≥ 50,000", lambda v: v >= 50_000),
+        Metric("11 retention", f"prune {n:,} finished procedures (+ a step and a lease each), batches paced "
+               f"to about {BATCH_SECONDS * 1000:.0f} ms", "procedures/s", rates, "≥ 50,000", lambda v: v >= 50_000),
+        Metric("11 retention", "trees per batch (the median batch's)", "trees", sizes),
         Metric("11 retention", "longest batch (its locks and its transaction)", "ms", longest),
+        Metric("11 retention", f"share of a batch of {BATCH_TREES} checking the foreign keys (EXPLAIN ANALYZE)", "%",
+               fk_share),
         Metric("11 retention", "PostgreSQL CPU per pruned procedure (its backend, from /proc)", "ms", cpu_ms,
                digits=3),
         Metric("11 retention", "capacity of one idle core at that CPU cost: 1000 / ms", "procedures/s",
                [1000 / v for v in cpu_ms if v > 0], "≥ 50,000", lambda v: v >= 50_000),
+        Metric("11 retention", "same CPU on a copy without the foreign keys that reference a procedure (what they "
+               "cost; not the shipped schema)", "ms", bare_ms, digits=3),
         Metric("11 retention", f"{what}, retention off", "procedures/s", off),
         Metric("11 retention", "same, the workers pruning (RETENTION=1d)", "procedures/s", on),
         Metric("11 retention", "pruning / not pruning (paired runs)", "%", ratio, "≥ 90", lambda v: v >= 90),

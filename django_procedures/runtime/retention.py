@@ -4,17 +4,25 @@ time, by one worker of the fleet at a time, so claims are never kept waiting beh
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from datetime import datetime
 from time import monotonic
 
 from django_procedures import clock
 from django_procedures.conf import conf
 from django_procedures.policy.durations import parse_duration
+from django_procedures.policy.retention import next_batch_trees
 from django_procedures.store import retention, workers
 
 logger = logging.getLogger("django_procedures.worker")
 
-#: Trees deleted per transaction (with their steps and leases): tens of milliseconds of locks and WAL.
+#: Trees the first batch deletes (with their steps and leases); later batches are sized by how long the last took.
 BATCH_TREES = 500
+#: How long a batch should take: its row locks, its transaction (which holds back vacuum) and, in a worker, the
+#: main thread's time away from claiming. A batch of large trees is followed by one of fewer trees.
+BATCH_SECONDS = 0.05
+#: Most trees per batch however fast batches go (procedures_prune's --batch-size has the same bound).
+MAX_BATCH_TREES = 10_000
 #: Longest a pass prunes before the main thread goes back to claiming (it ends after the batch that passes it).
 PASS_SECONDS = 0.1
 #: Most of the time a pass may take: while old trees remain, the next pass waits nine times as long as this one
@@ -24,6 +32,32 @@ BUSY_SHARE = 0.1
 BEHIND_SECONDS = 1.0
 #: Seconds between passes once nothing is left to prune (or another worker is pruning, or retention is off).
 IDLE_SECONDS = 60.0
+
+
+class Pace:
+    """Trees per batch, for a run of batches: each batch asks for as many as fit in ``seconds`` at the last pace.
+
+    ``seconds=None`` keeps ``trees`` fixed (``procedures_prune --batch-size``).
+    """
+
+    def __init__(self, trees: int = BATCH_TREES, seconds: float | None = BATCH_SECONDS,
+                 most: int = MAX_BATCH_TREES) -> None:
+        self.trees, self.seconds, self.most = min(trees, most), seconds, most
+
+    def prune_batch(self, cutoff: datetime, statuses: Sequence[str] | None = None, *,
+                    alone: bool = False) -> tuple[retention.PruneBatch | None, bool]:
+        """One batch (``store.retention.prune_batch``) and whether it was full: more old trees may remain."""
+        asked = self.trees
+        started = monotonic()
+        batch = retention.prune_batch(cutoff, statuses, asked, alone=alone)
+        if batch is not None and self.seconds is not None:
+            self.trees = next_batch_trees(asked, batch.trees, monotonic() - started, seconds=self.seconds,
+                                          most=self.most)
+        return batch, batch is not None and batch.trees >= asked
+
+
+#: The worker's pace, kept from one pass to the next: a pass after one that met large trees starts small.
+_pace = Pace()
 
 
 def prune_pass() -> float | None:
@@ -42,11 +76,11 @@ def prune_pass() -> float | None:
     pruned = retention.PruneBatch()
     try:
         while True:
-            batch = retention.prune_batch(cutoff, batch_size=BATCH_TREES, alone=True)
+            batch, full = _pace.prune_batch(cutoff, alone=True)
             if batch is None:  # another worker is on it
                 return None
             pruned += batch
-            if batch.trees < BATCH_TREES:
+            if not full:
                 workers.prune(cutoff)
                 return None
             took = monotonic() - started

@@ -66,6 +66,7 @@ def prune_batch(older_than: datetime, statuses: Sequence[str] | None = None, bat
     ``alone`` (a worker's retention pass), returns None at once if another
     transaction holds the pruner's advisory lock: another worker is pruning.
     """
+    own_transaction = not connection.in_atomic_block
     with transaction.atomic():
         if not is_postgresql():  # one writer at a time on SQLite: no race to lose
             return _prune_batch_portable(older_than, statuses, batch_size)
@@ -74,6 +75,11 @@ def prune_batch(older_than: datetime, statuses: Sequence[str] | None = None, bat
                 cursor.execute(f"SELECT pg_try_advisory_xact_lock({_PRUNER_LOCK})")
                 if not cursor.fetchone()[0]:
                     return None
+            if own_transaction:
+                # The commit does not wait for the WAL to reach the disk (a few milliseconds a batch here, a tenth
+                # of its time): a crash may forget the last batches, and their trees are pruned again later. Not
+                # in a caller's transaction, whose own writes may need to be durable at its commit.
+                cursor.execute("SET LOCAL synchronous_commit = off")
             cursor.execute(_PRUNE_SQL.format(run=_table(ProcedureRun), step=_table(Step), lease=_table(Lease),
                                              key=_table(KeyRequest)),
                            {"cutoff": older_than, "statuses": list(statuses or FINAL), "final": sorted(FINAL),
@@ -88,7 +94,9 @@ def prune_batch(older_than: datetime, statuses: Sequence[str] | None = None, bat
 #    committed at the moment it was locked, not as of the statement's start, so a tree with a member that is no
 #    longer final is seen as such and left whole.
 #  - the DELETEs of children and runs all read `doomed` (each runs to completion, read or not); the foreign
-#    keys are checked at commit.
+#    keys are checked at commit, row by row: two lookups per deleted procedure for each of the six keys that
+#    reference it, about two thirds of a batch's CPU (docs/scaling.md, "Retention"; no form of this statement
+#    avoids them).
 _PRUNE_SQL = """
 WITH roots AS (
     SELECT r.id, r.status FROM {run} AS r

@@ -12,10 +12,38 @@ from django_procedures.models import ProcedureRun, Worker
 from django_procedures.policy.workers import StopReason
 from django_procedures.runtime import retention
 from django_procedures.runtime.chores import Chore
+from django_procedures.store import retention as store_retention
 from django_procedures.store import workers
 from tests.store.test_final_races import InThread
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+class Batches:
+    """``store.retention.prune_batch`` watched: the trees each batch asked for, and a clock for the pace.
+
+    Each batch moves ``runtime.retention``'s monotonic clock on by ``per_tree`` seconds a tree it deleted (one
+    tree's worth if none), as a database would that takes that long per tree: the pace is judged without wall time.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, per_tree: float) -> None:
+        self.now, self.asked = 1000.0, []
+        real = store_retention.prune_batch
+
+        def prune_batch(cutoff, statuses=None, batch_size=500, **options):
+            self.asked.append(batch_size)
+            batch = real(cutoff, statuses, batch_size, **options)
+            self.now += per_tree * max(batch.trees if batch else 0, 1)
+            return batch
+
+        monkeypatch.setattr(store_retention, "prune_batch", prune_batch)
+        monkeypatch.setattr(retention, "monotonic", lambda: self.now)
+
+
+@pytest.fixture(autouse=True)
+def first_pace(monkeypatch):
+    """Each test starts at the first batch's size: the worker's pace is kept from pass to pass."""
+    monkeypatch.setattr(retention, "_pace", retention.Pace())
 
 
 def finished(days_ago: float, status: str = "done") -> ProcedureRun:
@@ -49,7 +77,7 @@ def test_none_turns_retention_off(settings):
 
 def test_a_pass_stops_after_its_time_and_says_more_is_left(settings, monkeypatch):
     settings.PROCEDURES = {"RETENTION": "1d"}
-    monkeypatch.setattr(retention, "BATCH_TREES", 2)
+    monkeypatch.setattr(retention, "_pace", retention.Pace(2, seconds=None))  # 2 trees a batch, always
     monkeypatch.setattr(retention, "PASS_SECONDS", 0)  # one batch per pass
     for _ in range(5):
         finished(2)
@@ -83,11 +111,35 @@ def test_once_the_trees_are_done_old_rows_of_stopped_workers_go_too(settings):
 
 def test_a_slow_pass_waits_nine_times_as_long_as_it_took(settings, monkeypatch):
     settings.PROCEDURES = {"RETENTION": "1d"}
-    monkeypatch.setattr(retention, "BATCH_TREES", 1)
-    ticks = iter([100.0, 103.0])  # the batch took 3 s: the database is slow
-    monkeypatch.setattr(retention, "monotonic", lambda: next(ticks))
+    monkeypatch.setattr(retention, "_pace", retention.Pace(1))
+    Batches(monkeypatch, per_tree=3.0)  # the batch takes 3 s: the database is slow
     finished(2), finished(2)
     assert retention.prune_pass() == pytest.approx(27.0)
+
+
+def test_after_a_batch_of_large_trees_the_next_takes_as_many_as_fit_in_its_time_even_in_the_next_pass(
+        settings, monkeypatch):
+    settings.PROCEDURES = {"RETENTION": "1d"}
+    monkeypatch.setattr(retention, "_pace", retention.Pace(20))
+    monkeypatch.setattr(retention, "PASS_SECONDS", 0)  # one batch per pass
+    batches = Batches(monkeypatch, per_tree=0.01)  # 20 trees: 0.2 s, four times a batch's 0.05 s
+    for _ in range(27):
+        finished(2)
+    assert retention.prune_pass() is not None and retention.prune_pass() is not None
+    assert retention.prune_pass() is None
+    assert batches.asked == [20, 5, 5]  # a quarter of the trees; then on time, so as many again
+    assert not ProcedureRun.objects.exists()
+
+
+def test_while_batches_are_quick_each_takes_twice_the_trees_of_the_last(settings, monkeypatch):
+    settings.PROCEDURES = {"RETENTION": "1d"}
+    monkeypatch.setattr(retention, "_pace", retention.Pace(2))
+    batches = Batches(monkeypatch, per_tree=0.0001)
+    for _ in range(20):
+        finished(2)
+    assert retention.prune_pass() is None
+    assert batches.asked == [2, 4, 8, 16]  # 2 + 4 + 8 deleted, then the last 6 of the 16 asked for
+    assert not ProcedureRun.objects.exists()
 
 
 def test_a_chore_that_names_its_next_interval_runs_again_then():
@@ -114,10 +166,12 @@ def test_the_pass_logs_what_it_pruned_once(settings, caplog):
 
 
 def test_the_documented_pace_of_the_pass():
-    # docs/running-workers.md, "Retention that runs itself": batches of 500 trees, passes of about 0.1 s, at
-    # least 1 s apart (nine times the pass) while old trees remain, 60 s apart otherwise.
-    assert (retention.BATCH_TREES, retention.PASS_SECONDS, retention.BUSY_SHARE, retention.BEHIND_SECONDS,
-            retention.IDLE_SECONDS) == (500, 0.1, 0.1, 1.0, 60.0)
+    # docs/running-workers.md, "Retention that runs itself": a first batch of 500 trees, then batches of about
+    # 0.05 s (at most 10,000 trees), passes of about 0.1 s, at least 1 s apart (nine times the pass) while old
+    # trees remain, 60 s apart otherwise.
+    assert (retention.BATCH_TREES, retention.BATCH_SECONDS, retention.MAX_BATCH_TREES, retention.PASS_SECONDS,
+            retention.BUSY_SHARE, retention.BEHIND_SECONDS, retention.IDLE_SECONDS) == (
+        500, 0.05, 10_000, 0.1, 0.1, 1.0, 60.0)
     from types import SimpleNamespace
 
     from django_procedures.runtime.worker import Worker as WorkerLoop

@@ -8,6 +8,7 @@ from django.core.management.base import CommandError
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.testing import drain
 from testproject.testapp.procedures import Refuses, ThreeSteps
+from tests.runtime.test_retention_pass import Batches
 
 pytestmark = pytest.mark.django_db
 NOW = datetime(2030, 6, 1, tzinfo=UTC)
@@ -70,6 +71,26 @@ def test_batches_print_progress_with_the_rate_and_what_remains(monkeypatch):
     assert len(lines) == 3 and "procedures/s" in lines[0]
     assert [line.rsplit("about ", 1)[1] for line in lines] == [f"{n} trees remaining" for n in (3, 1, 0)]
     assert "pruned 5 trees" in output
+
+
+def many_finished(n, days_ago=30):
+    at = NOW - timedelta(days=days_ago)
+    ProcedureRun._writer.bulk_create(ProcedureRun(type_name="x", status="done", run_at=at, finished_at=at)
+                                     for _ in range(n))
+
+
+def test_batches_take_as_many_trees_as_fit_in_a_batch_time_after_the_first(monkeypatch):
+    many_finished(600)
+    batches = Batches(monkeypatch, per_tree=0.001)  # 500 trees: 0.5 s, ten times a batch's 0.05 s
+    assert "pruned 600 trees" in prune("--older-than", "7d")
+    assert batches.asked == [500, 50, 50, 50]  # the last finds none left
+
+
+def test_a_batch_size_given_stays_whatever_the_pace(monkeypatch):
+    many_finished(600)
+    batches = Batches(monkeypatch, per_tree=0.001)
+    assert "pruned 600 trees" in prune("--older-than", "7d", "--batch-size", "200")
+    assert batches.asked == [200, 200, 200, 200]
 
 
 def test_without_a_retention_the_command_needs_an_age(settings):

@@ -12,7 +12,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from django_procedures import clock
 from django_procedures.models import Lease, ProcedureRun, Step
@@ -83,3 +83,23 @@ def test_two_pruners_share_the_work_without_waiting_and_one_pass_at_a_time_with_
         second = InThread(lambda: retention.prune_batch(cutoff(), batch_size=2)).join()
     assert first.trees == second.trees == 2
     assert not ProcedureRun.objects.filter(id__in=[r.id for r in roots]).exists()
+
+
+def test_a_batch_of_its_own_commits_without_waiting_for_the_disk_and_leaves_a_callers_transaction_alone():
+    # A crash may forget the last batches (their trees are pruned again later); a caller's writes stay durable.
+    seen = []
+
+    def watch(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if "DELETE FROM" in sql:
+            seen.append(context["connection"].connection.execute("SHOW synchronous_commit").fetchone()[0])
+        return result
+
+    old()
+    with connection.execute_wrapper(watch):
+        assert retention.prune_batch(cutoff(), batch_size=10).trees == 1
+        old()
+        with transaction.atomic():
+            assert retention.prune_batch(cutoff(), batch_size=10).trees == 1
+    assert seen == ["off", "on"]
+    assert not ProcedureRun.objects.exists()

@@ -12,10 +12,11 @@ from django_procedures import clock
 from django_procedures.conf import conf
 from django_procedures.policy.durations import parse_duration
 from django_procedures.policy.status import FINAL
+from django_procedures.runtime.retention import BATCH_SECONDS, BATCH_TREES, MAX_BATCH_TREES, Pace
 from django_procedures.store import retention, workers
 
 #: Trees deleted in one transaction at most: a larger batch holds its locks and its WAL for too long.
-MAX_BATCH_SIZE = 10_000
+MAX_BATCH_SIZE = MAX_BATCH_TREES
 #: Seconds between progress lines (and one when the trees counted at the start are done).
 PROGRESS_SECONDS = 1.0
 
@@ -30,8 +31,9 @@ class Command(BaseCommand):
         parser.add_argument("--status", default=None,
                             help=f"Comma-separated final statuses of the trees' roots (default: all of "
                                  f"{', '.join(sorted(FINAL))}).")
-        parser.add_argument("--batch-size", type=int, default=500,
-                            help=f"Trees deleted per transaction (1 to {MAX_BATCH_SIZE:,}; default 500).")
+        parser.add_argument("--batch-size", type=int, default=None,
+                            help=f"Trees deleted per transaction (1 to {MAX_BATCH_SIZE:,}; default: {BATCH_TREES} "
+                                 f"at first, then as many as take about {BATCH_SECONDS * 1000:.0f} ms).")
         parser.add_argument("--dry-run", action="store_true", help="Count what would be deleted; delete nothing.")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -59,7 +61,7 @@ class Command(BaseCommand):
             if unknown:
                 raise CommandError(f"--status accepts only final statuses ({', '.join(sorted(FINAL))}); "
                                    f"got {', '.join(unknown)}. Unfinished trees are never pruned.")
-        if not 1 <= options["batch_size"] <= MAX_BATCH_SIZE:
+        if options["batch_size"] is not None and not 1 <= options["batch_size"] <= MAX_BATCH_SIZE:
             raise CommandError(f"--batch-size must be between 1 and {MAX_BATCH_SIZE:,} trees; "
                                f"got {options['batch_size']}")
         if options["dry_run"]:
@@ -72,9 +74,10 @@ class Command(BaseCommand):
         total = retention.PruneBatch()
         expected = retention.count_trees(cutoff, statuses)
         self.stdout.write(f"{expected:,} trees finished before {cutoff:%Y-%m-%d %H:%M:%S %Z} to prune")
+        pace = Pace() if options["batch_size"] is None else Pace(options["batch_size"], seconds=None)
         started = last_report = time.monotonic()
         while True:
-            batch = retention.prune_batch(cutoff, statuses, options["batch_size"])  # None only when alone=True
+            batch, _ = pace.prune_batch(cutoff, statuses)  # None only when alone=True
             if batch is None or not batch.trees:
                 break
             total += batch
