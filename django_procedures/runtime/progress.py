@@ -84,7 +84,8 @@ class ProgressRecorder:
                 self._write(own_connection=not self.side_connection)
 
     def step_ended(self) -> None:
-        """Between steps: write a held-back report if the interval has passed."""
+        """Between steps of a ``persist=False`` group (no checkpoint to carry it): write a held-back report if the
+        interval has passed."""
         with self._lock:
             self._write_if_due(own_connection=not self.side_connection)
 
