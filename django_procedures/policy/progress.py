@@ -7,10 +7,9 @@ what :func:`normalise` returns (``None``: nothing to store).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from decimal import Decimal
 from numbers import Real
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Longest note kept, in characters; a longer one is cut and ends with an ellipsis.
 MAX_NOTE = 500
@@ -18,8 +17,9 @@ MAX_NOTE = 500
 MIN_INTERVAL = 1.0
 
 
-@dataclass(frozen=True)
-class Report:
+class Report(NamedTuple):
+    """A report as stored (a tuple: made once per ``ctx.progress()`` call, so made cheaply)."""
+
     done: int | float
     total: int | float | None
     note: str
@@ -30,6 +30,11 @@ class Report:
 
 def _number(value: Any) -> int | float | None:
     """``value`` as an int or a finite float; None if it is not a real number (bools are not; Decimals are)."""
+    kind = type(value)
+    if kind is int:  # the usual cases first, without the ABC check below
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else None
     if isinstance(value, bool) or not isinstance(value, (Real, Decimal)):
         return None
     number = value if isinstance(value, int) else float(value)
@@ -46,7 +51,7 @@ def normalise(done: Any, total: Any = None, note: Any = "") -> tuple[Report | No
     - ``note`` not a string: stored as ``str(note)``; NUL characters dropped; longer than
       :data:`MAX_NOTE` characters: cut.
     """
-    problems = []
+    problems: list[str] = []
     number = _number(done)
     if number is None:
         return None, [f"ctx.progress(done=...) takes a finite number of units done (int or float); got "

@@ -233,28 +233,28 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             raise _StepFailed(record, error, trace_text()) from error
         finally:
             running.in_step, running.deadline = False, None
-            running.progress.step_ended()
         record = StepRecord(index, spec.name, attempt, started, clock.now())
         records.append(record)
         following = None if status.kind == "done" else _next_step(cls, spec)
         if problem:
             raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
+        # Each write below also carries a held-back progress report (``take()``: no statement of its own).
         if status.kind == "suspended" and status.children:
-            running.progress.before_final_write()
-            reconnect.record(running, safe, partial(_suspend, procedure, claim, records, following, status, record))
+            reconnect.record(running, safe, partial(_suspend, procedure, claim, records, following, status, record,
+                                                    running.progress.take()))
             observe.steps_committed(claim, records)
             return Outcome.SUSPENDED
         if following is None:
-            running.progress.before_final_write()
-            reconnect.record(running, safe,
-                             partial(transitions.complete, claim, records, procedure.state, status.output))
+            reconnect.record(running, safe, partial(transitions.complete, claim, records, procedure.state,
+                                                    status.output, running.progress.take()))
             observe.steps_committed(claim, records)
             return Outcome.COMPLETED
         if status.kind == "executing" and not status.persist and spec.idempotent and following.idempotent:
             index, spec = index + 1, following  # the group is one try: its steps share its attempt number
+            running.progress.step_ended()  # no write follows: a report held back past its interval is written
             continue
-        reconnect.record(running, safe,
-                         partial(transitions.commit_checkpoint, claim, records, procedure.state, following.name))
+        reconnect.record(running, safe, partial(transitions.commit_checkpoint, claim, records, procedure.state,
+                                                following.name, running.progress.take()))
         observe.steps_committed(claim, records)
         return None
 
@@ -270,7 +270,7 @@ def _unstorable(procedure: Procedure, status: Status) -> str | None:
 
 
 def _suspend(procedure: Procedure, claim: Any, records: list[StepRecord], following: StepSpec | None,
-             status: Status, record: StepRecord) -> None:
+             status: Status, record: StepRecord, progress: dict[str, Any] | None) -> None:
     bad = [c for c in status.children if not isinstance(c, Procedure) or type(c).abstract]
     if bad:
         raise _StepFailed(record, NonRetryable(
@@ -281,7 +281,7 @@ def _suspend(procedure: Procedure, claim: Any, records: list[StepRecord], follow
     except BaseException as error:  # a child's state, options or lock keys were refused; nothing was written
         raise _StepFailed(record, NonRetryable(f"cannot submit the children: {error_text(error)}"),
                           trace_text()) from error
-    transitions.suspend(claim, records, procedure.state, following.name if following else "", rows)
+    transitions.suspend(claim, records, procedure.state, following.name if following else "", rows, progress)
 
 
 def _normalise(result: Any, cls: type[Procedure]) -> Status:

@@ -58,6 +58,8 @@ class WorkerMetrics:
                                           "(taken over, cancelled, renewal timed out).", registry=registry)
         self.fenced_writes = client.Counter("django_procedures_fenced_writes", "Writes refused by the fence "
                                             "because the lease had moved (their result dropped).", registry=registry)
+        # Labelled children by label values: ``labels()`` validates and locks at every call, once per step.
+        self._children: dict[tuple[str, ...], tuple[Any, ...]] = {}
         busy = client.Gauge("django_procedures_busy_threads", "Executor threads running a procedure now.",
                             registry=registry)
         busy.set_function(busy_threads)
@@ -71,17 +73,31 @@ class WorkerMetrics:
             if getattr(c, "run_at", None) is not None:
                 self.pickup_delay.observe(max(0.0, (now - c.run_at).total_seconds()))
 
+    def _step_children(self, type_name: str, outcome: str) -> tuple[Any, ...]:
+        """``steps`` and ``step_duration`` for ``type_name`` and ``outcome`` (looked up once, then kept)."""
+        key = ("step", type_name, outcome)
+        children = self._children.get(key)
+        if children is None:  # two threads may both look it up: labels() gives both the same children
+            children = self._children[key] = (self.steps.labels(type_name, outcome),
+                                               self.step_duration.labels(type_name))
+        return children
+
     def step_ended(self, claim: Any, record: Any, outcome: str, error: BaseException | None) -> None:
-        self.steps.labels(claim.type_name, outcome).inc()
-        self.step_duration.labels(claim.type_name).observe(seconds(record))
+        count, duration = self._step_children(claim.type_name, outcome)
+        count.inc()
+        duration.observe(seconds(record))
 
     def outcome(self, running: Any, value: str) -> None:
         type_name = running.claim.type_name
         if value in FINISHED:
-            self.finished.labels(type_name, FINISHED[value]).inc()
+            key = ("finished", type_name, value)
+            children = self._children.get(key)
+            if children is None:
+                children = self._children[key] = (self.finished.labels(type_name, FINISHED[value]),)
+            children[0].inc()
         elif value == "lost":
             self.leases_lost.inc()
-            self.steps.labels(type_name, "lost").inc()
+            self._step_children(type_name, "lost")[0].inc()
 
     def fenced_write(self, claim: Any) -> None:
         self.fenced_writes.inc()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -49,13 +50,12 @@ def claim_started(running: Any) -> None:
 def steps_committed(claim: Any, records: Sequence[Any]) -> None:
     """``records`` (``transitions.StepRecord``) were written as ``done``: reported once their transaction commits."""
     if observers:
-        done = list(records)
+        transaction.on_commit(partial(_steps_done, claim, tuple(records)))  # no closure made per step
 
-        def emit() -> None:
-            for r in done:
-                _emit("step_ended", claim, r, "done", None)
 
-        transaction.on_commit(emit)
+def _steps_done(claim: Any, records: tuple[Any, ...]) -> None:
+    for r in records:
+        _emit("step_ended", claim, r, "done", None)
 
 
 def step_failed(claim: Any, record: Any, error: BaseException | None = None) -> None:

@@ -1,4 +1,5 @@
-"""``ctx.progress()``: a step's reports, throttled per procedure and written outside the step's transaction.
+"""``ctx.progress()``: a step's reports, carried by the claim's checkpoints or, throttled per procedure, written
+outside the step's transaction.
 
 In a worker on PostgreSQL each executor thread writes progress on a second
 connection of its own (opened when first needed), in autocommit, and the
@@ -43,16 +44,19 @@ def close_side_connection() -> None:
 
 
 class ProgressRecorder:
-    """The progress reports of one claim: at most one write per :data:`MIN_INTERVAL` s, the latest kept.
+    """The progress reports of one claim: at most one write of their own per :data:`MIN_INTERVAL` s, the latest kept.
 
-    The interval starts when the claim starts running, so a procedure that
-    ends within it writes no report of its own: its latest report joins the
-    write that completes (or suspends) it. A report within the interval is
-    held back; the next report after it writes it, and so does the end of a
-    step once the interval has passed, or, in a worker on PostgreSQL, the
-    heartbeat (every ``lease_seconds / 3``). An attempt that fails writes a
-    held-back report at once. Reports come from one executor thread; the
-    heartbeat may write concurrently, so writes are serialised by a lock.
+    The interval starts when the claim starts running. A report within the
+    interval is held back; the write that commits the claim's steps (a
+    checkpoint, a suspension, the completion) takes it along (:meth:`take`:
+    the same statement, no write of its own), so a procedure whose steps end
+    within the interval writes no report of its own. Otherwise the next report
+    after the interval writes it, and so does the end of a step that no such
+    write follows (within a group of ``persist=False`` steps), or, in a worker
+    on PostgreSQL, the heartbeat (every ``lease_seconds / 3``). An attempt
+    that fails writes a held-back report at once. Reports come from one
+    executor thread; the heartbeat may write concurrently, so writes are
+    serialised by a lock.
     """
 
     def __init__(self, claim: Any, *, side_connection: bool = False) -> None:
@@ -76,10 +80,12 @@ class ProgressRecorder:
             return
         with self._lock:
             self.pending = value
-            self._write_if_due(own_connection=not self.side_connection)
+            if time.monotonic() - self._written_at >= MIN_INTERVAL:
+                self._write(own_connection=not self.side_connection)
 
     def step_ended(self) -> None:
-        """Between steps: write a held-back report if the interval has passed."""
+        """Between steps of a ``persist=False`` group (no checkpoint to carry it): write a held-back report if the
+        interval has passed."""
         with self._lock:
             self._write_if_due(own_connection=not self.side_connection)
 
@@ -93,26 +99,21 @@ class ProgressRecorder:
             with self._lock:
                 self._write_if_due(own_connection=True)
 
-    def before_final_write(self) -> None:
-        """The procedure completes or suspends: a held-back report joins that write (no commit of its own).
+    def take(self) -> dict[str, Any] | None:
+        """The held-back report (as stored), for the write that commits the claim's steps to carry; None if none.
 
-        Written on this thread's connection, so inside an atomic step it
-        commits with the step's final transaction. There it is one more
-        statement of that transaction, on the row the final write locks next:
-        an error (a deadlock, a lost connection) is that transaction's, and is
-        handled as the final write's own would be (no savepoint, two round
-        trips fewer per procedure).
+        That write (``store.transitions`` checkpoint, suspension, completion)
+        is fenced like any other, so a report it carries is written exactly
+        when it is, in the same statement: no statement or commit of its own.
+        Taken, the report is no longer held back (the heartbeat will not write
+        it as well), and the interval starts again.
         """
+        if self.pending is None:  # the executor thread is the only one that sets it: no lock needed to look
+            return None
         with self._lock:
-            if self.pending is None:
-                return
-            if not connection.in_atomic_block:
-                self._write(own_connection=True)
-                return
             value, self.pending = self.pending, None
             self._written_at = time.monotonic()
-            store.record(self.claim, value.as_json(), clock.now())
-            self.writes += 1
+        return None if value is None else value.as_json()
 
     def before_failure(self) -> None:
         """An attempt failed: a held-back report is written at once (outside the step's rolled-back work)."""

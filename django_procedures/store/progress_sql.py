@@ -10,6 +10,7 @@ its lease changes nothing and reports it. Other databases take the ORM path in
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -48,18 +49,22 @@ SELECT count(*) FROM run
 _CHECKPOINT_SETS = "step_started_at = %(now)s"
 _COMPLETE_SETS = (f"status = '{RunStatus.DONE}', output = %(output)s, finished_at = %(now)s, error = '', "
                   "traceback = '', lease_owner = '', lease_expires_at = NULL")
+#: A held-back ``ctx.progress()`` report riding along (``runtime.progress.ProgressRecorder.take``).
+_PROGRESS_SETS = ", progress = %(progress)s, progress_updated_at = %(now)s"
 _CLOSE_LEASE = f""", lease AS (
     UPDATE {_LEASE} SET released_at = clock_timestamp(), outcome = '{LeaseOutcome.COMPLETED}'
     WHERE procedure_id = %(id)s AND token = %(token)s AND released_at IS NULL AND EXISTS (SELECT FROM run)
 )"""
 
 
-@functools.lru_cache(maxsize=32)
-def _statement(complete: bool, steps: int) -> str:
-    """The statement for ``steps`` Step rows (one per step run since the last checkpoint; mostly one)."""
+@functools.lru_cache(maxsize=64)
+def _statement(complete: bool, steps: int, progress: bool) -> str:
+    """The statement for ``steps`` Step rows (one per step run since the last checkpoint; mostly one), and with
+    ``progress`` the run's progress report too."""
     values = ", ".join(f"(%(index{i})s::integer, %(name{i})s::text, %(attempt{i})s::integer, "
                        f"%(started{i})s::timestamptz, %(finished{i})s::timestamptz)" for i in range(steps))
-    return _SQL.format(sets=_COMPLETE_SETS if complete else _CHECKPOINT_SETS, values=values,
+    sets = (_COMPLETE_SETS if complete else _CHECKPOINT_SETS) + (_PROGRESS_SETS if progress else "")
+    return _SQL.format(sets=sets, values=values,
                        lease=_CLOSE_LEASE if complete else "")
 
 
@@ -70,16 +75,23 @@ def json_param(field: str, value: Any) -> Any:
 
 
 def write_progress(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str, *,
-                   complete: bool = False, output: Any = None) -> bool:
+                   complete: bool = False, output: Any = None, progress: dict[str, Any] | None = None) -> bool:
     """Commit ``records`` (at least one) with ``state``: a checkpoint (``next_step`` next) or, with ``complete``,
-    the run ``done`` with ``output`` and its lease closed. False if the lease is lost (nothing written)."""
+    the run ``done`` with ``output`` and its lease closed. ``progress``: a held-back progress report, written
+    by the same statement. False if the lease is lost (nothing written)."""
     params = {"id": claim.id, "token": claim.lease_token, "state": json_param("state", state), "now": clock.now(),
               "step": records[-1].index + 1, "step_name": next_step}
     if complete:
         params["output"] = json_param("output", output)
+    if progress is not None:
+        from psycopg.types.json import Jsonb  # only here: SQLite installs have no psycopg
+
+        # Numbers, a string and None (policy.progress.Report): what the field's adapter makes (it has no
+        # encoder), without its lookups at every checkpoint.
+        params["progress"] = Jsonb(progress, json.dumps)
     for i, r in enumerate(records):
         params.update({f"index{i}": r.index, f"name{i}": r.name, f"attempt{i}": r.attempt,
                        f"started{i}": r.started_at, f"finished{i}": r.finished_at})
     with bound_cursor() as cursor:
-        cursor.execute(_statement(complete, len(records)), params)
+        cursor.execute(_statement(complete, len(records), progress is not None), params)
         return bool(cursor.fetchone()[0])

@@ -132,8 +132,15 @@ def _done_rows(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any
     ]
 
 
-def commit_checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str) -> None:
-    """Commit ``records`` and ``state``; the next step to run is ``next_step``.
+def _progress_fields(progress: dict[str, Any] | None, now: datetime) -> dict[str, Any]:
+    """A held-back progress report (``runtime.progress.ProgressRecorder.take``) as fields of the run's write."""
+    return {} if progress is None else {"progress": progress, "progress_updated_at": now}
+
+
+def commit_checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str,
+                      progress: dict[str, Any] | None = None) -> None:
+    """Commit ``records`` and ``state``; the next step to run is ``next_step``; ``progress`` (a held-back
+    report) rides along.
 
     Inside an atomic step this runs as the last statement of the step's own
     transaction, so the step's writes and its checkpoint commit together. On
@@ -141,11 +148,12 @@ def commit_checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[s
     """
     with joined():
         if is_postgresql():
-            written = progress_sql.write_progress(claim, records, state, next_step)
+            written = progress_sql.write_progress(claim, records, state, next_step, progress=progress)
         else:
+            now = clock.now()
             written = bool(held_row(claim).update(
-                state=state, step=records[-1].index + 1, step_name=next_step, step_started_at=clock.now(),
-                attempt=1, failures=0, lost=0, in_unsafe_step=False))
+                state=state, step=records[-1].index + 1, step_name=next_step, step_started_at=now,
+                attempt=1, failures=0, lost=0, in_unsafe_step=False, **_progress_fields(progress, now)))
             if written:
                 Step._writer.bulk_create(_done_rows(claim, records, state))
         if not written:
@@ -155,22 +163,25 @@ def commit_checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[s
     claim.attempt, claim.failures, claim.lost = 1, 0, 0
 
 
-def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], output: Any) -> None:
-    """Commit the last steps and finish the procedure ``done`` with ``output`` (a final transition).
+def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], output: Any,
+             progress: dict[str, Any] | None = None) -> None:
+    """Commit the last steps and finish the procedure ``done`` with ``output`` (a final transition);
+    ``progress`` (a held-back report) rides along.
 
     On PostgreSQL the run, its ``Step`` rows and its lease are written by one
     statement, inside the final path's locks and hooks.
     """
     def write() -> bool:
         if records and is_postgresql():
-            if not progress_sql.write_progress(claim, records, state, "", complete=True, output=output):
+            if not progress_sql.write_progress(claim, records, state, "", complete=True, output=output,
+                                               progress=progress):
                 return False
         else:
-            step = records[-1].index + 1 if records else claim.step
+            step, now = records[-1].index + 1 if records else claim.step, clock.now()
             if not held_row(claim).update(
                     status=RunStatus.DONE, state=state, step=step, step_name="", output=output,
-                    finished_at=clock.now(), error="", traceback="", lease_owner="", lease_expires_at=None,
-                    in_unsafe_step=False):
+                    finished_at=now, error="", traceback="", lease_owner="", lease_expires_at=None,
+                    in_unsafe_step=False, **_progress_fields(progress, now)):
                 return False
             if records:
                 Step._writer.bulk_create(_done_rows(claim, records, state))
@@ -199,8 +210,9 @@ def child_rows(claim: Claim, children: Sequence[Procedure]) -> list[ProcedureRun
 
 
 def suspend(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str,
-            rows: Sequence[ProcedureRun]) -> None:
-    """Checkpoint, insert the children's ``rows`` (from :func:`child_rows`) and wait for them, in one transaction.
+            rows: Sequence[ProcedureRun], progress: dict[str, Any] | None = None) -> None:
+    """Checkpoint, insert the children's ``rows`` (from :func:`child_rows`) and wait for them, in one transaction;
+    ``progress`` (a held-back report) rides along.
 
     ``next_step`` is where the parent resumes once every child is final ("" when
     the suspending step was its last: it then finishes ``done``).
@@ -209,7 +221,7 @@ def suspend(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], 
     with joined():
         fenced_update(claim, status=RunStatus.WAITING, state=state, step=records[-1].index + 1, step_name=next_step,
                       attempt=1, failures=0, lost=0, pending_children=len(rows), suspension=suspension,
-                      **_LEASE_CLEARED)
+                      **_LEASE_CLEARED, **_progress_fields(progress, clock.now()))
         Step._writer.bulk_create(_done_rows(claim, records, state))
         insert(list(rows))
         close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
