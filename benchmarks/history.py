@@ -5,7 +5,10 @@ the prune workers run, and drains no-op procedures with and without the
 workers' retention pass going on. ``history`` seeds the admin's realistic rows
 (``benchmarks.admin_plans``) at ``Sizes.history_procedures`` and measures claims,
 pickup and the admin's pages beside an empty table; it runs only when named
-(``--only history``) or in ``--quick`` form.
+(``--only history``) or in ``--quick`` form. Its workers run with ``RETENTION``
+off (``KEEP_HISTORY``): most of the seeded history is older than the default 30
+days, and pruning it during the drain would measure retention, which the
+``retention`` benchmark measures on its own.
 """
 
 from __future__ import annotations
