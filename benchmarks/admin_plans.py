@@ -327,7 +327,9 @@ def admin_pages() -> list[tuple[str, str]]:
     from django_procedures.models import ProcedureRun, Schedule
 
     base = "/admin/django_procedures/procedurerun/"
-    child, root = ProcedureRun.objects.filter(depth=1).order_by("-created_at").values_list("id", "root_id").first()
+    # A done child: the unfinished children (of the waiting parents) are in trees of 5.
+    child, root = (ProcedureRun.objects.filter(depth=1, status="done").order_by("-created_at")
+                   .values_list("id", "root_id").first())
     some_id = list(ProcedureRun.objects.order_by("created_at").values_list("id", flat=True)[:501])[-1]
     key = ProcedureRun.objects.filter(key__isnull=False).values_list("key", flat=True).first()
     schedule = Schedule.objects.order_by("id").values_list("id", flat=True)[1]
