@@ -68,12 +68,21 @@ FAILED = {
     "traceback": "'Traceback (most recent call last):\n  ...\n' || (%(errors)s::text[])[1 + g %% 3]",
     "failure_can_retry": "g %% 2 = 0",
 }
+#: Unfinished, and staying so while a benchmark runs beside them: none is due or claimable, no lease expires,
+#: and each waiting parent has unfinished children (the four rows before it). The benchmark's workers register
+#: none of these types, so a due one would be passed over by every claim (and an expired lease swept, a
+#: childless parent woken, into more of them): that measures rows of unknown types, not the length of history.
+_OPEN_PARENT = "md5('open' || (g - g %% 5 + 4))::uuid"
 UNFINISHED = {
     "status": "(ARRAY['ready','ready','retrying','running','waiting'])[1 + g %% 5]",
     "step": "1", "step_name": "'call_upstream'", "output": "NULL", "finished_at": "NULL",
-    "run_at": "now() - interval '5 minutes' + (g %% 600) * interval '1 second'",
+    "run_at": "now() + interval '30 days' + (g %% 600) * interval '1 second'",
     "lease_owner": "CASE WHEN g %% 5 = 3 THEN 'worker-' || (g %% 8) || '@app-1' ELSE '' END",
-    "lease_expires_at": "CASE WHEN g %% 5 = 3 THEN now() + interval '20 seconds' END",
+    "lease_expires_at": "CASE WHEN g %% 5 = 3 THEN now() + interval '30 days' END",
+    "parent_id": f"CASE WHEN g %% 5 <> 4 AND g - g %% 5 + 4 <= %(n)s THEN {_OPEN_PARENT} END",
+    "root_id": f"CASE WHEN g %% 5 <> 4 AND g - g %% 5 + 4 <= %(n)s THEN {_OPEN_PARENT} END",
+    "depth": "CASE WHEN g %% 5 <> 4 AND g - g %% 5 + 4 <= %(n)s THEN 1 ELSE 0 END",
+    "pending_children": "CASE WHEN g %% 5 = 4 THEN 4 ELSE 0 END",
 }
 #: Finished in the last 24 hours (the dashboard's charts read these): durations vary by type, one in 20 failed.
 RECENT = {
@@ -318,7 +327,9 @@ def admin_pages() -> list[tuple[str, str]]:
     from django_procedures.models import ProcedureRun, Schedule
 
     base = "/admin/django_procedures/procedurerun/"
-    child, root = ProcedureRun.objects.filter(depth=1).order_by("-created_at").values_list("id", "root_id").first()
+    # A done child: the unfinished children (of the waiting parents) are in trees of 5.
+    child, root = (ProcedureRun.objects.filter(depth=1, status="done").order_by("-created_at")
+                   .values_list("id", "root_id").first())
     some_id = list(ProcedureRun.objects.order_by("created_at").values_list("id", flat=True)[:501])[-1]
     key = ProcedureRun.objects.filter(key__isnull=False).values_list("key", flat=True).first()
     schedule = Schedule.objects.order_by("id").values_list("id", flat=True)[1]

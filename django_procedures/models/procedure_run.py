@@ -12,7 +12,7 @@ from model_utils.fields import AutoCreatedField
 
 from django_procedures.models.readonly import ReadOnlyQuerySet, StoreWritten, WriterQuerySet
 from django_procedures.policy.state import StateEncoder
-from django_procedures.policy.status import CLAIMABLE, FINAL, LEASED, RunStatus
+from django_procedures.policy.status import CLAIMABLE, FINAL, LEASED, UNSUCCESSFUL, RunStatus
 
 STATUS_CHOICES = [(s.value, s.value.replace("_", " ")) for s in RunStatus]
 
@@ -161,6 +161,12 @@ class ProcedureRun(StoreWritten):
             models.Index(fields=["status", "created_at", "id"], name="procedures_status_idx"),
             models.Index(fields=["type_name", "created_at", "id"], name="procedures_type_idx"),
             models.Index(fields=["queue", "created_at", "id"], name="procedures_queue_idx"),
+            # The admin's failures of one type (its status and type filters together), newest first, and their
+            # capped count as an index-only scan: without it a bitmap of every row of the type and of every
+            # failure (5,700 buffers beside a million procedures, 400 ms at ten million). Partial: a row enters it
+            # once, when it fails or is cancelled, so claims and finishes never write it.
+            models.Index(fields=["type_name", "status", "created_at", "id"], condition=Q(status__in=UNSUCCESSFUL),
+                         name="procedures_failed_type_idx"),
             # A schedule's runs, newest first (the admin's schedule filter); partial: most runs have no schedule.
             models.Index(fields=["schedule", "created_at", "id"], condition=Q(schedule__isnull=False),
                          name="procedures_schedule_idx"),

@@ -30,6 +30,8 @@ CLAIMABLE = (RunStatus.READY, RunStatus.RETRYING)
 LEASED = (RunStatus.RUNNING, RunStatus.ROLLING_BACK)
 #: The statuses that are not final (a schedule's run holds its slot in them), listed so an index can serve them.
 UNFINISHED = tuple(s for s in RunStatus if s not in FINAL)
+#: The final statuses other than done, in a fixed order (the partial index of the admin's failures by type).
+UNSUCCESSFUL = (RunStatus.FAILED, RunStatus.ROLLED_BACK, RunStatus.CANCELLED)
 
 
 class StepStatus(StrEnum):
