@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from contextlib import nullcontext
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from operator import attrgetter

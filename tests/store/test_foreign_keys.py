@@ -9,8 +9,6 @@ without its check of what changed since its snapshot, it left those rows behind.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from django.db import connection, transaction
 
@@ -87,7 +85,7 @@ def test_deleting_a_run_through_the_orm_cascades_in_python_and_leaves_no_row_beh
     for run in (root, child, grandchild):
         key_request(run)
     other = old()
-    deleted, by_model = ProcedureRun._writer.filter(id=root.id).delete()
+    _, by_model = ProcedureRun._writer.filter(id=root.id).delete()
     assert by_model["django_procedures.ProcedureRun"] == 3
     assert by_model["django_procedures.Step"] == by_model["django_procedures.Lease"] == 3
     assert by_model["django_procedures.KeyRequest"] == 3
