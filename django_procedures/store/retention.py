@@ -3,7 +3,9 @@
 A tree is pruned whole or not at all: its root finished before the cutoff and
 every member is final. That is checked on rows this transaction has locked, in
 the statement that deletes them, so a member made active again in the meantime
-(a manual retry of an old failure) keeps its whole tree.
+(a manual retry of an old failure) keeps its whole tree, and so does a tree with
+a member written after the statement began (PostgreSQL does not enforce the keys
+to a run: docs/scaling.md, "Foreign keys").
 """
 
 from __future__ import annotations
