@@ -13,8 +13,9 @@ class Lease(StoreWritten):
     """A claim ``(procedure, token)`` by ``worker``; ``outcome`` says how it ended."""
 
     # Indexed by the (procedure, token) constraint.
+    # Not enforced by PostgreSQL (docs/scaling.md, "Foreign keys").
     procedure = models.ForeignKey("django_procedures.ProcedureRun", on_delete=models.CASCADE, related_name="leases",
-                                  db_index=False)
+                                  db_index=False, db_constraint=False)
     token = models.BigIntegerField()
     worker = models.CharField(max_length=255)
     claimed_at = models.DateTimeField()

@@ -11,9 +11,11 @@ class KeyRequest(StoreWritten):
     """One lock key a procedure holds (``granted``) or waits for, with its place in the queue."""
 
     name = models.CharField(max_length=255)
+    # Both indexed; neither enforced by PostgreSQL (docs/scaling.md, "Foreign keys").
     procedure = models.ForeignKey("django_procedures.ProcedureRun", on_delete=models.CASCADE,
-                                  related_name="key_requests")
-    root = models.ForeignKey("django_procedures.ProcedureRun", on_delete=models.CASCADE, related_name="+")
+                                  related_name="key_requests", db_constraint=False)
+    root = models.ForeignKey("django_procedures.ProcedureRun", on_delete=models.CASCADE, related_name="+",
+                             db_constraint=False)
     mode = models.CharField(max_length=10, choices=[("exclusive", "exclusive"), ("shared", "shared")])
     granted = models.BooleanField(default=False)
     requested_at = models.DateTimeField()

@@ -61,10 +61,14 @@ class ProcedureRun(StoreWritten):
 
     # Indexed by partial indexes below: most procedures have no parent, and every index entry is rewritten
     # at each status change.
+    # These two and the keys of Step, Lease and KeyRequest to a run are not enforced by PostgreSQL: its per-row
+    # checks were two thirds of a prune's CPU and took a share lock on the run at every step, claim and child
+    # insert. Every such row is written by a statement fenced on its run (or its parent) being unfinished and
+    # locked, and runs are deleted whole trees at a time (docs/scaling.md, "Foreign keys").
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children",
-                               db_index=False)
+                               db_index=False, db_constraint=False)
     root = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="descendants",
-                             db_index=False)
+                             db_index=False, db_constraint=False)
     depth = models.PositiveIntegerField(default=0)
     # A parent: how many children of its last suspension are unfinished, and how many suspensions so far.
     pending_children = models.PositiveIntegerField(default=0)

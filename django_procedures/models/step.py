@@ -14,8 +14,9 @@ class Step(StoreWritten):
     """A step attempt that ended ``done`` (with its checkpoint), ``failed`` or ``lost``."""
 
     # Indexed by procedures_step_order_idx, which starts with it.
+    # Not enforced by PostgreSQL (docs/scaling.md, "Foreign keys").
     procedure = models.ForeignKey("django_procedures.ProcedureRun", on_delete=models.CASCADE, related_name="steps",
-                                  db_index=False)
+                                  db_index=False, db_constraint=False)
     index = models.PositiveIntegerField()
     name = models.CharField(max_length=255)
     attempt = models.PositiveIntegerField()

@@ -3,7 +3,9 @@
 A tree is pruned whole or not at all: its root finished before the cutoff and
 every member is final. That is checked on rows this transaction has locked, in
 the statement that deletes them, so a member made active again in the meantime
-(a manual retry of an old failure) keeps its whole tree.
+(a manual retry of an old failure) keeps its whole tree, and so does a tree with
+a member written after the statement began (PostgreSQL does not enforce the keys
+to a run: docs/scaling.md, "Foreign keys").
 """
 
 from __future__ import annotations
@@ -93,28 +95,35 @@ def prune_batch(older_than: datetime, statuses: Sequence[str] | None = None, bat
 #    that holds one, such as a manual retry of an old failed child). A locked row, root or not, is read as
 #    committed at the moment it was locked, not as of the statement's start, so a tree with a member that is no
 #    longer final is seen as such and left whole.
-#  - the DELETEs of children and runs all read `doomed` (each runs to completion, read or not); the foreign
-#    keys are checked at commit, row by row: two lookups per deleted procedure for each of the six keys that
-#    reference it, about two thirds of a batch's CPU (docs/scaling.md, "Retention"; no form of this statement
-#    avoids them).
+#  - changed: trees with a member whose locked version is not the one this statement's snapshot sees (its xmin,
+#    the transaction that wrote it, differs): it was written after the statement started, and so may have gained
+#    rows the DELETEs below cannot see (they read the snapshot) — a Step or Lease of a member retried and run to
+#    its end meanwhile, or a child submitted under it. Every such row is written in a transaction that updates
+#    its run, or for a child its parent (docs/scaling.md, "Foreign keys"), so the tree is left whole for the
+#    next batch. PostgreSQL does not check the foreign keys to a run: this is what keeps deletes from leaving
+#    rows behind.
+#  - the DELETEs of children and runs all read `doomed` (each runs to completion, read or not).
 _PRUNE_SQL = """
 WITH roots AS (
-    SELECT r.id, r.status FROM {run} AS r
+    SELECT r.id, r.status, r.xmin FROM {run} AS r
     WHERE r.root_id IS NULL AND r.finished_at < %(cutoff)s AND r.status = ANY(%(statuses)s)
       AND NOT EXISTS (SELECT 1 FROM {run} AS u WHERE u.root_id = r.id AND u.status <> ALL(%(final)s))
     ORDER BY r.finished_at
     LIMIT %(limit)s
     FOR UPDATE OF r SKIP LOCKED
 ), descendants AS (
-    SELECT m.id, m.root_id AS tree, m.status FROM roots AS t JOIN {run} AS m ON m.root_id = t.id
+    SELECT m.id, m.root_id AS tree, m.status, m.xmin FROM roots AS t JOIN {run} AS m ON m.root_id = t.id
     FOR UPDATE OF m
 ), members AS (
-    SELECT id, id AS tree, status FROM roots
+    SELECT id, id AS tree, status, xmin FROM roots
     UNION ALL
-    SELECT id, tree, status FROM descendants
+    SELECT id, tree, status, xmin FROM descendants
+), changed AS (
+    SELECT DISTINCT m.tree FROM members AS m JOIN {run} AS seen ON seen.id = m.id WHERE seen.xmin <> m.xmin
 ), doomed AS (
     SELECT m.id, m.id = m.tree AS is_root FROM members AS m
     WHERE NOT EXISTS (SELECT 1 FROM members AS a WHERE a.tree = m.tree AND a.status <> ALL(%(final)s))
+      AND m.tree NOT IN (SELECT tree FROM changed)
 ), steps AS (
     DELETE FROM {step} WHERE procedure_id IN (SELECT id FROM doomed) RETURNING 1
 ), leases AS (

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import connection, transaction
-from django.db.models import Field, Model
+from django.db.models import F, Field, Model
 
 from django_procedures import clock, signals
 from django_procedures.conf import conf
@@ -53,9 +54,13 @@ def _parent(parent: Any) -> Parent | None:
     except ValueError:
         raise TypeError("parent must be a ProcedureHandle, a ProcedureRun or a procedure id (a UUID); "
                         f"got {type(parent).__name__} {parent!r}") from None
-    row = ProcedureRun._writer.filter(id=parent_id).values("root_id", "depth").first()
-    if row is None:
+    # Written, not only read, in the transaction that inserts the children: PostgreSQL does not check a child's
+    # parent_id, and a prune that started before this commits finds the parent changed and keeps its tree whole
+    # (store/retention.py); one that deleted the parent first leaves nothing to write (docs/scaling.md, "Foreign
+    # keys"). The row lock is held until the caller's transaction ends.
+    if not ProcedureRun._writer.filter(id=parent_id).update(pending_children=F("pending_children")):
         raise ValueError(f"parent procedure {parent_id} does not exist")
+    row = ProcedureRun._writer.filter(id=parent_id).values("root_id", "depth").get()
     return Parent(parent_id, row["root_id"] or parent_id, row["depth"])
 
 
@@ -255,7 +260,9 @@ def submit_many(
     for i, key in enumerate(keys):
         options.check_key(key, "key" if single else f"keys[{i}]")
     now = clock.now()
-    with tables_required():  # an unmigrated database: say so, rather than "relation ... does not exist"
+    # With a parent, its write and the children's insert commit together (see _parent).
+    with tables_required(), transaction.atomic() if parent is not None else nullcontext():
+        # (tables_required: an unmigrated database is said so, rather than "relation ... does not exist")
         tree = _parent(parent)
         rows = [
             build_row(cls, state, key=key, queue=queue, priority=priority, run_after=run_after, now=now, parent=tree,
