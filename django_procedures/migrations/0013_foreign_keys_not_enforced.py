@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_procedures', '0010_index_key_waiters'),
+        ('django_procedures', '0012_index_failed_by_type'),
     ]
 
     operations = [
