@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import time
 from functools import partial
 from typing import Any
@@ -12,7 +11,7 @@ from django.db import DatabaseError, Error, connection, transaction
 from django_procedures import clock, registry
 from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
 from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error, decide_failure, is_poisonous
-from django_procedures.policy.state import find_problem
+from django_procedures.policy.state import copy_state, find_problem
 from django_procedures.procedure import Procedure, Status, StepSpec
 from django_procedures.runtime import hooks, observe, reconnect
 from django_procedures.runtime.connections import set_transaction_timeout
@@ -83,7 +82,7 @@ def _execute(running: RunningClaim) -> Outcome:
     claim = running.claim
     cls = registry.get(claim.type_name)
     procedure = cls.__new__(cls)
-    Procedure.__init__(procedure, copy.deepcopy(claim.state))
+    Procedure.__init__(procedure, copy_state(claim.state))
     try:
         if is_poisonous(cls.retry, claim.lost):
             where = "the rollback" if claim.in_rollback else f"step {claim.step_name}"
@@ -172,9 +171,9 @@ def _lease_moved(running: RunningClaim) -> bool:
 def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, running: RunningClaim) -> Outcome | None:
     """Run ``first`` and the steps it chains with ``persist=False``; None after a checkpoint."""
     claim = running.claim
-    saved_state = copy.deepcopy(claim.state)
+    saved_state = copy_state(claim.state)
     for conflict_try in range(1, _CONFLICT_TRIES + 1):
-        procedure.state = copy.deepcopy(saved_state)
+        procedure.state = copy_state(saved_state)
         try:
             if first.atomic:
                 with transaction.atomic():
@@ -184,7 +183,7 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
                 transitions.enter_unsafe_step(claim)
             return _run_steps(procedure, cls, first, running)
         except _StepFailed as failed:
-            procedure.state = copy.deepcopy(saved_state)
+            procedure.state = copy_state(saved_state)
             return _record_failure(procedure, cls, running, failed)
         except _Interrupted:
             return interrupted(running)

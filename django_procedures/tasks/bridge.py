@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 
 from django_procedures import signals
+from django_procedures.tasks.types import is_task_type
 
 logger = logging.getLogger("django_procedures.tasks")
 
@@ -28,20 +29,15 @@ def backend_alias() -> str | None:
 
 
 def _finished(sender: Any, procedure_id: Any, type_name: str, signal: Any = None, **kwargs: Any) -> None:
-    from django_procedures.tasks.compat import task_backends, task_finished
-    from django_procedures.tasks.results import read_result, succeeded
-    from django_procedures.tasks.runs import succeeded_here
-    from django_procedures.tasks.types import is_task_type
-
-    if not is_task_type(type_name) or not task_finished.receivers:
+    # Every procedure's final transition comes here: a procedure's costs one prefix check, nothing more.
+    if not is_task_type(type_name):
         return
     alias = backend_alias()
     if alias is None:
         return
-    # A success on this thread is reported from what its worker holds; any other ending is read from the run.
-    attempt = succeeded_here(procedure_id) if signal is signals.procedure_done else None
-    result = succeeded(*attempt) if attempt is not None else read_result(alias, procedure_id)
-    task_finished.send(sender=type(task_backends[alias]), task_result=result)
+    from django_procedures.tasks.runs import report_finished  # needs the framework, which only tasks imply
+
+    report_finished(alias, procedure_id, done=signal is signals.procedure_done)
 
 
 def connect() -> None:

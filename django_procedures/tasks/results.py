@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import builtins
 import uuid
-from dataclasses import replace
+from dataclasses import MISSING, fields, replace
+from functools import cache
 from typing import Any
 
+from django.conf import settings
 from django.utils.module_loading import import_string
 
 from django_procedures import clock
@@ -97,6 +99,23 @@ def _as_enqueued(task: Any, queue: str, priority: int, alias: str) -> Any:
         return task  # the backend's settings changed since the enqueue: the task as its module defines it
 
 
+def backend_class(alias: str) -> type:
+    """The class of the backend ``alias``: the framework's signals are sent with it as their sender.
+
+    What ``type(task_backends[alias])`` is, without that lookup's cost on every
+    attempt: the class is the one its ``BACKEND`` setting names.
+    """
+    try:
+        return _class_at(settings.TASKS[alias]["BACKEND"])
+    except (AttributeError, KeyError, TypeError, ImportError):
+        return type(task_backends[alias])  # whatever the framework makes of that alias (or its error)
+
+
+@cache
+def _class_at(path: str) -> type:
+    return import_string(path)
+
+
 def attempt_result(ctx: Any, task: Any, args: list[Any], kwargs: dict[str, Any]) -> TaskResult:
     """The ``RUNNING`` result a task's own attempt sees (``TaskContext.task_result``, ``task_started``).
 
@@ -108,32 +127,92 @@ def attempt_result(ctx: Any, task: Any, args: list[Any], kwargs: dict[str, Any])
         row = ProcedureRun.objects.filter(id=ctx.procedure_id).values(*_ROW).get()
         row.update(status=RunStatus.RUNNING, state={"args": args, "kwargs": kwargs})
         return _build(task.backend, task, row)
+    task = _as_enqueued(task, claim.queue, claim.priority, task.backend)
+    if claim.lease_token == 1:
+        # The run's first claim: no earlier attempt, so no error, and this claim is its one worker. What
+        # _build makes of such a row, without its generic steps (this is every no-op task's hot path).
+        return TaskResult(
+            task=task, id=str(claim.id), status=TaskResultStatus.RUNNING, enqueued_at=claim.created_at,
+            started_at=claim.started_at, finished_at=None, last_attempted_at=claim.started_at, args=args,
+            kwargs=kwargs, backend=task.backend, errors=[], worker_ids=[claim.worker],
+        )
     row = {"id": claim.id, "status": RunStatus.RUNNING, "state": {"args": args, "kwargs": kwargs}, "output": None,
            "error": "", "traceback": "", "created_at": claim.created_at, "started_at": claim.started_at,
            "finished_at": None}
-    task = _as_enqueued(task, claim.queue, claim.priority, task.backend)
-    first = (claim.worker, claim.started_at) if claim.lease_token == 1 else None
-    return _build(task.backend, task, row, first_claim=first)
+    return _build(task.backend, task, row)
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _plain_copy(value: Any) -> Any:
+    """A copy of ``value`` made of plain dicts, lists and scalars (what the framework's ``normalize_json``
+    returns unchanged); ``_NotPlain`` for anything else."""
+    kind = type(value)
+    if kind is dict:
+        return {key if type(key) is str else _plain_copy(key): _plain_copy(item) for key, item in value.items()}
+    if kind is list:
+        return [_plain_copy(item) for item in value]
+    if kind in (str, int, float, bool) or value is None:
+        return value
+    raise _NotPlain
+
+
+#: How :func:`succeeded` fills a field of the new result: copied from the running one, or left as the
+#: constructor leaves a field it does not take (its default, its default factory's value, or unset).
+_COPY, _DEFAULT, _FACTORY, _UNSET = range(4)
+
+
+@cache
+def _fields(kind: type) -> tuple[tuple[str, int, Any], ...]:
+    out: list[tuple[str, int, Any]] = []
+    for f in fields(kind):
+        if f.init:
+            out.append((f.name, _COPY, None))
+        elif f.default is not MISSING:
+            out.append((f.name, _DEFAULT, f.default))
+        elif f.default_factory is not MISSING:
+            out.append((f.name, _FACTORY, f.default_factory))
+        else:
+            out.append((f.name, _UNSET, None))
+    return tuple(out)
 
 
 def succeeded(running: TaskResult, output: Any) -> TaskResult:
-    """``running`` (an attempt's result) as it reads once the attempt has committed the run ``done``."""
-    result = replace(running, status=TaskResultStatus.SUCCESSFUL, finished_at=clock.now())
+    """``running`` (an attempt's result) as it reads once the attempt has committed the run ``done``.
+
+    What ``dataclasses.replace(running, status=SUCCESSFUL, finished_at=now)``
+    makes, without running the framework's constructor again: its checks passed
+    on ``running``, whose ``args`` and ``kwargs`` it already made JSON, so a
+    plain copy of them is what it would make again.
+    """
+    finished_at = clock.now()
+    kind: Any = type(running)
+    try:
+        args, kwargs = _plain_copy(running.args), _plain_copy(running.kwargs)
+    except _NotPlain:  # changed since (by a task_started receiver): let the constructor convert or refuse it
+        result = replace(running, status=TaskResultStatus.SUCCESSFUL, finished_at=finished_at)
+    else:
+        result = object.__new__(kind)
+        for name, how, default in _fields(kind):
+            if how != _UNSET:
+                value = getattr(running, name) if how == _COPY else default if how == _DEFAULT else default()
+                object.__setattr__(result, name, value)
+        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+        object.__setattr__(result, "finished_at", finished_at)
+        object.__setattr__(result, "args", args)
+        object.__setattr__(result, "kwargs", kwargs)
     object.__setattr__(result, "_return_value", output)
     return result
 
 
-def _build(alias: str, task: Any, row: dict[str, Any], first_claim: tuple[str, Any] | None = None) -> TaskResult:
-    """The result of the run ``row``; ``first_claim`` (worker, claimed at) when the run has had no other claim,
-    so that there are no earlier leases or failed attempts to read."""
-    if first_claim is not None:
-        claims: list[tuple[str, Any]] = [first_claim]
-        failures: list[tuple[str, str]] = []
-    else:
-        claims = list(Lease.objects.filter(procedure_id=row["id"]).exclude(outcome=LeaseOutcome.RELEASED)
-                      .order_by("token").values_list("worker", "claimed_at"))
-        failures = list(Step.objects.filter(procedure_id=row["id"], status=StepStatus.FAILED)
-                        .order_by("index", "attempt", "id").values_list("error", "traceback"))
+def _build(alias: str, task: Any, row: dict[str, Any]) -> TaskResult:
+    """The result of the run ``row``, with its attempts' workers and errors read from its leases and steps."""
+    claims = list(Lease.objects.filter(procedure_id=row["id"]).exclude(outcome=LeaseOutcome.RELEASED)
+                  .order_by("token").values_list("worker", "claimed_at"))
+    failures = list(Step.objects.filter(procedure_id=row["id"], status=StepStatus.FAILED)
+                    .order_by("index", "attempt", "id").values_list("error", "traceback"))
     # Each failed attempt keeps its traceback; a row written before Step.traceback existed has only its error
     # text, and the run keeps the traceback of its latest failure.
     errors = [TaskError(exception_class_path=_exception_path(text), traceback=trace or text)

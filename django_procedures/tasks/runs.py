@@ -19,6 +19,8 @@ from django_procedures.procedure import Procedure, Status, step
 from django_procedures.runtime.context import Context
 from django_procedures.store.db import is_disconnect
 from django_procedures.tasks import types
+from django_procedures.tasks.compat import TaskContext, task_finished, task_started
+from django_procedures.tasks.results import attempt_result, backend_class, read_result, succeeded
 from django_procedures.tasks.types import type_name_of
 from django_procedures.tasks.values import to_json
 
@@ -75,9 +77,6 @@ class TaskProcedure(Procedure):
     task: ClassVar[Any]
 
     def call_task(self, ctx: Context) -> Status:
-        from django_procedures.tasks.compat import TaskContext, task_finished, task_started
-        from django_procedures.tasks.results import attempt_result
-
         task = type(self).task
         args, kwargs = list(self.state.get("args", [])), dict(self.state.get("kwargs", {}))
         _succeeded.pending = None
@@ -86,7 +85,7 @@ class TaskProcedure(Procedure):
             result = attempt_result(ctx, task, args, kwargs)
         if task_started.receivers:
             # A failing receiver is logged; it never fails the task.
-            for receiver, outcome in task_started.send_robust(sender=type(task.get_backend()), task_result=result):
+            for receiver, outcome in task_started.send_robust(sender=backend_class(task.backend), task_result=result):
                 if isinstance(outcome, Exception):
                     logger.error("task_started receiver %r failed", receiver, exc_info=outcome,
                                  extra=ctx.log_extra())
@@ -124,6 +123,19 @@ def succeeded_here(procedure_id: Any) -> tuple[Any, Any] | None:
         return None
     _succeeded.pending = None
     return pending[1], pending[2]
+
+
+def report_finished(alias: str, procedure_id: Any, *, done: bool) -> None:
+    """Send ``task_finished`` for the task run ``procedure_id``, which just reached a final status.
+
+    ``done``: it ended ``done``. A success on this thread is reported from what
+    its worker holds; any other ending is read from the run.
+    """
+    if not task_finished.receivers:
+        return
+    attempt = succeeded_here(procedure_id) if done else None
+    result = succeeded(*attempt) if attempt is not None else read_result(alias, procedure_id)
+    task_finished.send(sender=backend_class(alias), task_result=result)
 
 
 def _registered(cls: type[TaskProcedure]) -> bool:
