@@ -247,14 +247,16 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         if following is None:
             running.progress.before_final_write()
             reconnect.record(running, safe,
-                             partial(transitions.complete, claim, records, procedure.state, status.output))
+                             partial(transitions.complete, claim, records, procedure.state, status.output,
+                                     ends_transaction=True))
             observe.steps_committed(claim, records)
             return Outcome.COMPLETED
         if status.kind == "executing" and not status.persist and spec.idempotent and following.idempotent:
             index, spec = index + 1, following  # the group is one try: its steps share its attempt number
             continue
         reconnect.record(running, safe,
-                         partial(transitions.commit_checkpoint, claim, records, procedure.state, following.name))
+                         partial(transitions.commit_checkpoint, claim, records, procedure.state, following.name,
+                                 ends_transaction=True))
         observe.steps_committed(claim, records)
         return None
 

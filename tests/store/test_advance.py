@@ -147,3 +147,108 @@ def test_a_claim_inside_a_callers_transaction_leaves_its_commit_alone():
     with transaction.atomic():
         claim("test-worker", type_names=[ThreeSteps.type_name], limit=1, lease_seconds=30)
         assert synchronous_commit() == "on"
+
+
+class _Commands:
+    """The transaction commands (``BEGIN``, ``COMMIT``...) psycopg sends on any connection of this process."""
+
+    def __init__(self, monkeypatch) -> None:
+        import psycopg
+
+        self.sent: list[str] = []
+        send = psycopg.Connection._exec_command
+
+        def spy(conn, command, *args, **kwargs):
+            self.sent.append(bytes(command).decode().split()[0].upper())
+            return send(conn, command, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Connection, "_exec_command", spy)
+
+
+def _claim_one(type_name: str):
+    (c,) = claim("test-worker", type_names=[type_name], limit=1, lease_seconds=30)
+    return c
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_checkpoints_and_the_completion_of_steps_that_run_no_sql_are_one_round_trip_each(monkeypatch):
+    """No BEGIN and no COMMIT around a write that is the whole of its transaction (``db.sole_statement``)."""
+    from django_procedures.runtime.executor import execute
+    from django_procedures.runtime.running import RunningClaim
+    from testproject.testapp.procedures import Counter
+
+    run = Counter.submit({"target": 3})
+    c = _claim_one(Counter.type_name)
+    commands = _Commands(monkeypatch)
+    assert execute(RunningClaim(c)).value == "completed"
+    assert commands.sent == []
+    row = ProcedureRun.objects.get(id=run.id)
+    assert (row.status, row.step, row.output, row.state) == ("done", 3, 3, {"target": 3, "n": 3})
+    assert list(Step.objects.filter(procedure_id=run.id).order_by("index").values_list("index", "status")) == [
+        (0, "done"), (1, "done"), (2, "done")]
+    assert Lease.objects.get(procedure_id=run.id).outcome == "completed"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_steps_own_writes_still_commit_in_one_transaction_with_its_checkpoint(monkeypatch):
+    from django_procedures.runtime.executor import execute
+    from django_procedures.runtime.running import RunningClaim
+    from testproject.testapp.models import Effect
+
+    run = ThreeSteps.submit()
+    c = _claim_one(ThreeSteps.type_name)
+    commands = _Commands(monkeypatch)
+    assert execute(RunningClaim(c)).value == "completed"
+    assert commands.sent == ["BEGIN", "COMMIT"] * 3  # each step: its Effect row and its checkpoint, together
+    assert Effect.objects.filter(procedure_id=run.id).count() == 3
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_completion_whose_finish_hooks_write_stays_in_their_transaction(monkeypatch):
+    """Releasing lock keys follows the completion: the two must commit together, so it does not go alone."""
+    from django_procedures import LockKey, Procedure, step
+    from django_procedures.models import KeyRequest
+    from django_procedures.runtime.executor import execute
+    from django_procedures.runtime.running import RunningClaim
+    from django_procedures.testing import isolated_registry
+
+    with isolated_registry():
+
+        class HoldsAKey(Procedure):
+            type_name = "tests.HoldsAKey"
+
+            def lock_keys(self):
+                return [LockKey.exclusive("k")]
+
+            @step
+            def run(self, ctx):
+                return None
+
+        run = HoldsAKey.submit({})
+        c = _claim_one(HoldsAKey.type_name)
+        commands = _Commands(monkeypatch)
+        assert execute(RunningClaim(c)).value == "completed"
+    assert commands.sent == ["BEGIN", "COMMIT"]
+    assert ProcedureRun.objects.get(id=run.id).status == "done"
+    assert not KeyRequest.objects.filter(procedure_id=run.id).exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_sole_statement_inside_a_callers_transaction_stays_in_it():
+    """Only the outermost transaction, the one the statement ends, is ever left out: a caller's rollback holds."""
+    from django.db import transaction
+
+    from django_procedures.store.db import sole_statement
+
+    c = claimed()
+    with transaction.atomic():
+        with transaction.atomic():
+            with sole_statement():
+                transitions.commit_checkpoint(c, records(c, "fetch"), {"n": 1}, "transform", ends_transaction=True)
+        transaction.set_rollback(True)
+    assert ProcedureRun.objects.get(id=c.id).step == 0
+    assert not Step.objects.filter(procedure_id=c.id).exists()
