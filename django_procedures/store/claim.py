@@ -216,10 +216,24 @@ def _run_pg(picked: str, worker: str, lease_seconds: float, now: datetime, **par
     return claims
 
 
+# What next_due's ORM query asks, as a statement prepared once per connection.
+_PG_NEXT_DUE = f"""
+    SELECT min(run_at) FROM {{run}}
+    WHERE status IN ({sql_list(CLAIMABLE)}) AND type_name = ANY(%(types)s::text[]) AND NOT waiting_for_keys
+      {{queue_filter}}
+"""
+
+
 def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
     """The earliest ``run_at`` of a ready or retrying procedure this worker could claim."""
     if not type_names:
         return None
+    if is_postgresql():  # after every claim that got fewer than it asked for: the ORM cost more than the query
+        queue_filter = "AND queue = ANY(%(queues)s::text[])" if queues else ""
+        with bound_cursor() as cursor:
+            cursor.execute(_PG_NEXT_DUE.format(run=ProcedureRun._meta.db_table, queue_filter=queue_filter),
+                           {"types": text_array(type_names), "queues": text_array(queues or ())})
+            return cursor.fetchone()[0]
     rows = ProcedureRun._writer.pending().filter(type_name__in=type_names, waiting_for_keys=False)
     if queues:
         rows = rows.filter(queue__in=queues)

@@ -294,3 +294,26 @@ def test_a_checkpoint_and_a_completion_find_their_row_by_primary_key():
                 cursor.execute("RESET plan_cache_mode")
             assert f"Index Scan using {ProcedureRun._meta.db_table}_pkey on {ProcedureRun._meta.db_table}" in plan
             assert "procedures_lease_idx" not in plan
+
+
+def test_next_due_is_the_earliest_ready_or_retrying_run_of_the_types_and_queues_asked_for():
+    from datetime import UTC, datetime, timedelta
+
+    from django_procedures.store.claim import next_due
+
+    t0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    ThreeSteps.submit(run_after=t0 + timedelta(hours=3))
+    ThreeSteps.submit(run_after=t0 + timedelta(hours=2), queue="other")
+    waiting = ThreeSteps.submit(run_after=t0)
+    ProcedureRun._writer.filter(id=waiting.id).update(waiting_for_keys=True)  # its keys decide, not the time
+    done = ThreeSteps.submit(run_after=t0)
+    ProcedureRun._writer.filter(id=done.id).update(status="done")
+    retrying = ThreeSteps.submit(run_after=t0)
+    ProcedureRun._writer.filter(id=retrying.id).update(status="retrying", run_at=t0 + timedelta(hours=4))
+    ProcedureRun._writer.create(type_name="elsewhere.NotHere", step_name="x", run_at=t0)
+    types = [ThreeSteps.type_name]
+    assert next_due(type_names=types) == t0 + timedelta(hours=2)
+    assert next_due(type_names=types, queues=["default"]) == t0 + timedelta(hours=3)
+    assert next_due(type_names=types, queues=["nowhere"]) is None
+    assert next_due(type_names=["elsewhere.NotHere"]) == t0
+    assert next_due(type_names=[]) is None
