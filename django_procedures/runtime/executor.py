@@ -172,7 +172,7 @@ def _lease_moved(running: RunningClaim) -> bool:
 def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, running: RunningClaim) -> Outcome | None:
     """Run ``first`` and the steps it chains with ``persist=False``; None after a checkpoint."""
     claim = running.claim
-    saved_state = copy.deepcopy(claim.state)
+    saved_state = claim.state  # the committed state: never changed in place (the procedure works on copies)
     for conflict_try in range(1, _CONFLICT_TRIES + 1):
         procedure.state = copy.deepcopy(saved_state)
         try:

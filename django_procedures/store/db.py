@@ -179,8 +179,9 @@ def is_disconnect(error: BaseException) -> bool:
 
 def session() -> Any:
     """This thread's open session on the default database (opened if need be), for :func:`own_connection_lost`."""
-    connection.ensure_connection()
-    return connection.connection
+    wrapper = connections[DEFAULT_DB_ALIAS]  # once: every step calls this
+    wrapper.ensure_connection()
+    return wrapper.connection
 
 
 def own_connection_lost(error: BaseException, before: Any) -> bool:
