@@ -80,7 +80,8 @@ def sole_statement(alone: bool = True) -> Iterator[None]:
     """
     wrapper = connections[DEFAULT_DB_ALIAS]
     outermost = alone and wrapper.vendor == "postgresql" and len(wrapper.atomic_blocks) <= 1
-    raw = wrapper.connection if outermost else None
+    # (A transaction marked for rollback, set_rollback(True), must not have its last write committed.)
+    raw = wrapper.connection if outermost and not wrapper.needs_rollback else None
     if raw is None or raw.autocommit or raw.pgconn.transaction_status != _psycopg().pq.TransactionStatus.IDLE:
         yield
         return

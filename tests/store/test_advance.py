@@ -317,3 +317,33 @@ def test_next_due_is_the_earliest_ready_or_retrying_run_of_the_types_and_queues_
     assert next_due(type_names=types, queues=["nowhere"]) is None
     assert next_due(type_names=["elsewhere.NotHere"]) == t0
     assert next_due(type_names=[]) is None
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_step_that_marks_its_transaction_for_rollback_has_its_checkpoint_rolled_back_with_it():
+    from django.db import transaction
+
+    from django_procedures import Procedure, step
+    from django_procedures.runtime.executor import execute
+    from django_procedures.runtime.running import RunningClaim
+    from django_procedures.testing import isolated_registry
+
+    with isolated_registry():
+
+        class GivesUp(Procedure):
+            type_name = "tests.GivesUp"
+
+            @step
+            def first(self, ctx):
+                transaction.set_rollback(True)
+
+            @step
+            def second(self, ctx):
+                return None
+
+        run = GivesUp.submit({})
+        c = _claim_one(GivesUp.type_name)
+        execute(RunningClaim(c))
+    # The first step's checkpoint is part of its transaction, which rolled back: it was not sent alone.
+    assert not Step.objects.filter(procedure_id=run.id, name="first").exists()
