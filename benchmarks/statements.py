@@ -4,7 +4,9 @@ Installed in a worker when ``BENCH_STATEMENT_LOG`` names a directory: every
 connection Django opens gets an execute wrapper, and the counts are written
 to ``<dir>/<pid>.json`` when the process exits. The LISTEN and progress side
 connections are psycopg connections of their own and are not counted; the
-statements of ``store.db.bound_cursor`` (claim, checkpoint, completion) are.
+statements of ``store.db.bound_cursor`` (claim, checkpoint, completion) are, and
+so are the ``(BEGIN)``/``(COMMIT)`` commands psycopg sends on any connection of
+the process (a LISTEN connection's autocommit sends none).
 """
 
 from __future__ import annotations
@@ -57,6 +59,19 @@ def install(directory: str) -> None:
         raw_execute(self, sql, params)
 
     db._BoundCursor.execute = counted  # type: ignore[method-assign]
+
+    # psycopg sends BEGIN before a transaction's first statement and COMMIT/ROLLBACK at its end, each a round trip
+    # of its own that no execute wrapper sees.
+    import psycopg
+
+    raw_command = psycopg.Connection._exec_command
+
+    def command(self: Any, sql: Any, *args: Any, **kwargs: Any) -> Any:
+        with _lock:
+            _counts[f"({bytes(sql).decode().split()[0].upper()})"] += 1
+        return raw_command(self, sql, *args, **kwargs)
+
+    psycopg.Connection._exec_command = command  # type: ignore[method-assign,assignment]
 
     def dump() -> None:
         Path(directory).mkdir(parents=True, exist_ok=True)

@@ -137,7 +137,9 @@ def report(name: str, r: dict[str, Any], flat_rate: float | None) -> list[str]:
     lines = [f"{name}: {r['rate']:,.0f} procedures/s"
              + (f" = {r['rate'] / flat_rate:.0%} of flat" if flat_rate else "")]
     n, statements = r["total"], r["statements"]
-    lines.append(f"  commits/procedure {r['commits'] / n:.2f}; statements/procedure {sum(statements.values()) / n:.2f}")
+    sent = sum(v for k, v in statements.items() if not k.startswith("("))  # "(BEGIN)", "(COMMIT)": psycopg's
+    lines.append(f"  commits/procedure {r['commits'] / n:.2f}; statements/procedure {sent / n:.2f}; "
+                 f"round trips/procedure {sum(statements.values()) / n:.2f} (with BEGIN and COMMIT)")
     busy = sum(v for k, v in r["sessions"].items() if not k.startswith("idle (no"))
     if busy:
         lines.append("  database sessions (share of busy samples): " + "; ".join(

@@ -171,7 +171,7 @@ def _lease_moved(running: RunningClaim) -> bool:
 def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, running: RunningClaim) -> Outcome | None:
     """Run ``first`` and the steps it chains with ``persist=False``; None after a checkpoint."""
     claim = running.claim
-    saved_state = copy_state(claim.state)
+    saved_state = claim.state  # the committed state: never changed in place (the procedure works on copies)
     for conflict_try in range(1, _CONFLICT_TRIES + 1):
         procedure.state = copy_state(saved_state)
         try:
@@ -245,7 +245,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             return Outcome.SUSPENDED
         if following is None:
             reconnect.record(running, safe, partial(transitions.complete, claim, records, procedure.state,
-                                                    status.output, running.progress.take()))
+                                                    status.output, running.progress.take(), ends_transaction=True))
             observe.steps_committed(claim, records)
             return Outcome.COMPLETED
         if status.kind == "executing" and not status.persist and spec.idempotent and following.idempotent:
@@ -253,7 +253,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             running.progress.step_ended()  # no write follows: a report held back past its interval is written
             continue
         reconnect.record(running, safe, partial(transitions.commit_checkpoint, claim, records, procedure.state,
-                                                following.name, running.progress.take()))
+                                                following.name, running.progress.take(), ends_transaction=True))
         observe.steps_committed(claim, records)
         return None
 

@@ -227,11 +227,12 @@ def _run_pg(picked: str, worker: str, lease_seconds: float, now: datetime, **par
     return claims
 
 
+# What next_due's ORM query asks, as a statement prepared once per connection.
 def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
     """The earliest ``run_at`` of a ready or retrying procedure this worker could claim."""
     if not type_names:
         return None
-    if is_postgresql():
+    if is_postgresql():  # after every claim that got fewer than it asked for: the ORM cost more than the query
         return _pg_next_due(type_names, queues)
     rows = ProcedureRun._writer.pending().filter(type_name__in=type_names, waiting_for_keys=False)
     if queues:

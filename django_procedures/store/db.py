@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-from django.db import DatabaseError, Error, InterfaceError, OperationalError, connection
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, Error, InterfaceError, OperationalError, connection, connections
 from django.db.models import DateTimeField, Expression
 from django.db.models.expressions import RawSQL, Value
 from django.utils import timezone
@@ -47,19 +47,59 @@ def bound_cursor() -> Iterator[_BoundCursor]:
     prepared once per connection instead of planned at every run. Errors come out
     as Django's, like any other query's.
     """
-    import psycopg
-
     from django_procedures.conf import conf
 
-    connection.ensure_connection()
-    raw = connection.connection
+    wrapper = connections[DEFAULT_DB_ALIAS]  # one lookup: each ``connection.x`` goes through asgiref's Local
+    wrapper.ensure_connection()
+    raw = wrapper.connection
     prepare = None  # None: as the connection's prepare_threshold says (Django's default: never)
     if conf.PREPARED_STATEMENTS:
         prepare = True
         if raw.prepare_threshold is None:  # psycopg ignores prepare=True then; a huge threshold keeps
             raw.prepare_threshold = _NEVER_BY_COUNT  # every other statement unprepared, as it was
-    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+    with wrapper.wrap_database_errors, _psycopg().Cursor(raw) as cursor:
         yield _BoundCursor(cursor, prepare)
+
+
+@contextmanager
+def sole_statement(alone: bool = True) -> Iterator[None]:
+    """The one statement run inside is the whole of its transaction: sent on its own, as one round trip.
+
+    A transaction that has sent nothing to the server yet (an atomic step that
+    ran no SQL; the transaction ``final.joined()`` just opened) would otherwise
+    cost three round trips for one statement: psycopg's ``BEGIN``, the statement,
+    and the ``COMMIT`` of Django's ``atomic()``. Here the statement runs in
+    autocommit, as a transaction of its own, which is all the transaction would
+    have held; the ``COMMIT`` then has nothing to send, and the ``on_commit``
+    callbacks still run when ``atomic()`` ends. The caller must execute exactly
+    one statement inside and nothing after it in the same transaction (``alone``
+    False when something may follow). Anything already sent (a step's own writes,
+    a lock taken first) keeps the statement inside that transaction, and so does
+    a transaction opened around that one (a caller's, a test's): only the
+    outermost ``atomic()`` block, the one the statement ends, is ever left out.
+    """
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    outermost = alone and wrapper.vendor == "postgresql" and len(wrapper.atomic_blocks) <= 1
+    # (A transaction marked for rollback, set_rollback(True), must not have its last write committed.)
+    raw = wrapper.connection if outermost and not wrapper.needs_rollback else None
+    if raw is None or raw.autocommit or raw.pgconn.transaction_status != _psycopg().pq.TransactionStatus.IDLE:
+        yield
+        return
+    raw.autocommit = True
+    try:
+        yield
+    finally:
+        # After the statement the session is idle again, whether it committed or failed; only a broken
+        # connection is not, and Django drops that one.
+        if raw.pgconn.transaction_status == _psycopg().pq.TransactionStatus.IDLE:
+            raw.autocommit = False
+
+
+@functools.cache
+def _psycopg() -> Any:
+    import psycopg  # only once a PostgreSQL connection is in use: SQLite projects need not have it
+
+    return psycopg
 
 
 _NEVER_BY_COUNT = 2**62
@@ -140,8 +180,9 @@ def is_disconnect(error: BaseException) -> bool:
 
 def session() -> Any:
     """This thread's open session on the default database (opened if need be), for :func:`own_connection_lost`."""
-    connection.ensure_connection()
-    return connection.connection
+    wrapper = connections[DEFAULT_DB_ALIAS]  # once: every step calls this
+    wrapper.ensure_connection()
+    return wrapper.connection
 
 
 def own_connection_lost(error: BaseException, before: Any) -> bool:

@@ -69,6 +69,11 @@ class Ending:
     #: False when the run was submitted without lock keys: saves the key lookup on the hot path.
     has_keys: bool = True
 
+    @property
+    def hooks_write(self) -> bool:
+        """Whether the finish hooks of this run ending ``done`` write anything (see :func:`_finish_hooks`)."""
+        return self.has_keys or (self.parent_id is not None and self.spawned_in > 0) or self.schedule_id is not None
+
     @classmethod
     def of(cls, claim: Claim) -> Ending:
         return cls(claim.id, claim.type_name, claim.parent_id, claim.spawned_in, claim.schedule_id,

@@ -30,12 +30,15 @@ if TYPE_CHECKING:
 _RUN, _STEP, _LEASE = (m._meta.db_table for m in (ProcedureRun, Step, Lease))
 
 # The fenced row first; the Step rows and the lease close only join it, so nothing is written when it
-# matched nothing. The state is written once, on the last Step row (the others carry none).
+# matched nothing. The state is written once, on the last Step row (the others carry none). The status test
+# is wrapped in IS TRUE so that it no longer implies the predicate of procedures_lease_idx: the planner
+# otherwise picks that partial index (stale statistics say almost nothing runs) and reads every leased row
+# in the table to find this one, instead of one lookup by primary key.
 _SQL = f"""
 WITH run AS (
     UPDATE {_RUN} SET state = %(state)s, step = %(step)s, step_name = %(step_name)s, attempt = 1, failures = 0,
         lost = 0, in_unsafe_step = false, {{sets}}
-    WHERE id = %(id)s AND lease_token = %(token)s AND status IN ({sql_list(LEASED)})
+    WHERE id = %(id)s AND lease_token = %(token)s AND (status IN ({sql_list(LEASED)})) IS TRUE
     RETURNING id, state
 ), steps AS (
     INSERT INTO {_STEP} (procedure_id, index, name, attempt, status, lease_token, started_at, finished_at, error,

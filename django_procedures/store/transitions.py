@@ -26,7 +26,7 @@ from django_procedures.policy.status import LEASED, LeaseOutcome, RunStatus, Ste
 from django_procedures.policy.text import clean_text
 from django_procedures.store import progress_sql, tree
 from django_procedures.store.claim import Claim
-from django_procedures.store.db import db_now, is_postgresql
+from django_procedures.store.db import db_now, is_postgresql, sole_statement
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.final import Ending, finish_one, joined
 from django_procedures.store.notify import notify
@@ -138,17 +138,20 @@ def _progress_fields(progress: dict[str, Any] | None, now: datetime) -> dict[str
 
 
 def commit_checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str,
-                      progress: dict[str, Any] | None = None) -> None:
+                      progress: dict[str, Any] | None = None, *, ends_transaction: bool = False) -> None:
     """Commit ``records`` and ``state``; the next step to run is ``next_step``; ``progress`` (a held-back
     report) rides along.
 
     Inside an atomic step this runs as the last statement of the step's own
     transaction, so the step's writes and its checkpoint commit together. On
-    PostgreSQL it is one statement (see :mod:`~django_procedures.store.progress_sql`).
+    PostgreSQL it is one statement (see :mod:`~django_procedures.store.progress_sql`);
+    with ``ends_transaction`` (the executor: nothing follows it in the transaction)
+    it goes alone when the transaction holds nothing else (``db.sole_statement``).
     """
     with joined():
         if is_postgresql():
-            written = progress_sql.write_progress(claim, records, state, next_step, progress=progress)
+            with sole_statement(ends_transaction):
+                written = progress_sql.write_progress(claim, records, state, next_step, progress=progress)
         else:
             now = clock.now()
             written = bool(held_row(claim).update(
@@ -164,17 +167,24 @@ def commit_checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[s
 
 
 def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], output: Any,
-             progress: dict[str, Any] | None = None) -> None:
+             progress: dict[str, Any] | None = None, *, ends_transaction: bool = False) -> None:
     """Commit the last steps and finish the procedure ``done`` with ``output`` (a final transition);
     ``progress`` (a held-back report) rides along.
 
     On PostgreSQL the run, its ``Step`` rows and its lease are written by one
-    statement, inside the final path's locks and hooks.
+    statement, inside the final path's locks and hooks; with ``ends_transaction``
+    (as :func:`commit_checkpoint`) it goes alone when nothing else is in the
+    transaction and the finish hooks write nothing.
     """
+    ending = Ending.of(claim)
+    alone = ends_transaction and not ending.hooks_write
+
     def write() -> bool:
         if records and is_postgresql():
-            if not progress_sql.write_progress(claim, records, state, "", complete=True, output=output,
-                                               progress=progress):
+            with sole_statement(alone):
+                written = progress_sql.write_progress(claim, records, state, "", complete=True, output=output,
+                                                      progress=progress)
+            if not written:
                 return False
         else:
             step, now = records[-1].index + 1 if records else claim.step, clock.now()
@@ -189,7 +199,7 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
         _committed(claim, records)
         return True
 
-    if not finish_one(Ending.of(claim), write, failed=False, signal=signals.procedure_done):
+    if not finish_one(ending, write, failed=False, signal=signals.procedure_done):
         raise _lost(claim)
 
 

@@ -147,3 +147,203 @@ def test_a_claim_inside_a_callers_transaction_leaves_its_commit_alone():
     with transaction.atomic():
         claim("test-worker", type_names=[ThreeSteps.type_name], limit=1, lease_seconds=30)
         assert synchronous_commit() == "on"
+
+
+class _Commands:
+    """The transaction commands (``BEGIN``, ``COMMIT``...) psycopg sends on any connection of this process."""
+
+    def __init__(self, monkeypatch) -> None:
+        import psycopg
+
+        self.sent: list[str] = []
+        send = psycopg.Connection._exec_command
+
+        def spy(conn, command, *args, **kwargs):
+            self.sent.append(bytes(command).decode().split()[0].upper())
+            return send(conn, command, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Connection, "_exec_command", spy)
+
+
+def _claim_one(type_name: str):
+    (c,) = claim("test-worker", type_names=[type_name], limit=1, lease_seconds=30)
+    return c
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_checkpoints_and_the_completion_of_steps_that_run_no_sql_are_one_round_trip_each(monkeypatch):
+    """No BEGIN and no COMMIT around a write that is the whole of its transaction (``db.sole_statement``)."""
+    from django_procedures.runtime.executor import execute
+    from django_procedures.runtime.running import RunningClaim
+    from testproject.testapp.procedures import Counter
+
+    run = Counter.submit({"target": 3})
+    c = _claim_one(Counter.type_name)
+    commands = _Commands(monkeypatch)
+    assert execute(RunningClaim(c)).value == "completed"
+    assert commands.sent == []
+    row = ProcedureRun.objects.get(id=run.id)
+    assert (row.status, row.step, row.output, row.state) == ("done", 3, 3, {"target": 3, "n": 3})
+    assert list(Step.objects.filter(procedure_id=run.id).order_by("index").values_list("index", "status")) == [
+        (0, "done"), (1, "done"), (2, "done")]
+    assert Lease.objects.get(procedure_id=run.id).outcome == "completed"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_steps_own_writes_still_commit_in_one_transaction_with_its_checkpoint(monkeypatch):
+    from django_procedures.runtime.executor import execute
+    from django_procedures.runtime.running import RunningClaim
+    from testproject.testapp.models import Effect
+
+    run = ThreeSteps.submit()
+    c = _claim_one(ThreeSteps.type_name)
+    commands = _Commands(monkeypatch)
+    assert execute(RunningClaim(c)).value == "completed"
+    assert commands.sent == ["BEGIN", "COMMIT"] * 3  # each step: its Effect row and its checkpoint, together
+    assert Effect.objects.filter(procedure_id=run.id).count() == 3
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_completion_whose_finish_hooks_write_stays_in_their_transaction(monkeypatch):
+    """Releasing lock keys follows the completion: the two must commit together, so it does not go alone."""
+    from django_procedures import LockKey, Procedure, step
+    from django_procedures.models import KeyRequest
+    from django_procedures.runtime.executor import execute
+    from django_procedures.runtime.running import RunningClaim
+    from django_procedures.testing import isolated_registry
+
+    with isolated_registry():
+
+        class HoldsAKey(Procedure):
+            type_name = "tests.HoldsAKey"
+
+            def lock_keys(self):
+                return [LockKey.exclusive("k")]
+
+            @step
+            def run(self, ctx):
+                return None
+
+        run = HoldsAKey.submit({})
+        c = _claim_one(HoldsAKey.type_name)
+        commands = _Commands(monkeypatch)
+        assert execute(RunningClaim(c)).value == "completed"
+    assert commands.sent == ["BEGIN", "COMMIT"]
+    assert ProcedureRun.objects.get(id=run.id).status == "done"
+    assert not KeyRequest.objects.filter(procedure_id=run.id).exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_sole_statement_inside_a_callers_transaction_stays_in_it():
+    """Only the outermost transaction, the one the statement ends, is ever left out: a caller's rollback holds."""
+    from django.db import transaction
+
+    from django_procedures.store.db import sole_statement
+
+    c = claimed()
+    with transaction.atomic():
+        with transaction.atomic():
+            with sole_statement():
+                transitions.commit_checkpoint(c, records(c, "fetch"), {"n": 1}, "transform", ends_transaction=True)
+        transaction.set_rollback(True)
+    assert ProcedureRun.objects.get(id=c.id).step == 0
+    assert not Step.objects.filter(procedure_id=c.id).exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_checkpoint_and_a_completion_find_their_row_by_primary_key():
+    """Not through the partial lease index: statistics that see almost nothing running make the planner scan it
+    whole, reading every leased row of the table to find one."""
+    import re
+
+    from django.db import connection
+
+    from django_procedures.store import progress_sql
+
+    ThreeSteps.submit_many([{}] * 1000)
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {ProcedureRun._meta.db_table}")  # as after a burst of submits: none running
+    c = _claim_one(ThreeSteps.type_name)
+    with connection.cursor() as cursor:
+        for complete in (False, True):
+            names: list[str] = []
+
+            def number(match, names=names):
+                if match[1] not in names:
+                    names.append(match[1])
+                return f"${names.index(match[1]) + 1}"
+
+            sql = re.sub(r"%\((\w+)\)s", number, progress_sql._statement(complete, 1))
+            cursor.execute("SET plan_cache_mode = force_generic_plan")
+            cursor.execute(f"PREPARE fenced_write AS {sql}")
+            try:
+                now = "2026-01-01T00:00:00Z"
+                values = {"id": str(c.id), "token": c.lease_token, "state": "{}", "now": now, "step": 1,
+                          "step_name": "", "output": "null", "index0": 0, "name0": "one", "attempt0": 1,
+                          "started0": now, "finished0": now}
+                cursor.execute(f"EXPLAIN EXECUTE fenced_write({', '.join(['%s'] * len(names))})",
+                               [values[n] for n in names])
+                plan = "\n".join(row[0] for row in cursor.fetchall())
+            finally:
+                cursor.execute("DEALLOCATE fenced_write")
+                cursor.execute("RESET plan_cache_mode")
+            assert f"Index Scan using {ProcedureRun._meta.db_table}_pkey on {ProcedureRun._meta.db_table}" in plan
+            assert "procedures_lease_idx" not in plan
+
+
+def test_next_due_is_the_earliest_ready_or_retrying_run_of_the_types_and_queues_asked_for():
+    from datetime import UTC, datetime, timedelta
+
+    from django_procedures.store.claim import next_due
+
+    t0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    ThreeSteps.submit(run_after=t0 + timedelta(hours=3))
+    ThreeSteps.submit(run_after=t0 + timedelta(hours=2), queue="other")
+    waiting = ThreeSteps.submit(run_after=t0)
+    ProcedureRun._writer.filter(id=waiting.id).update(waiting_for_keys=True)  # its keys decide, not the time
+    done = ThreeSteps.submit(run_after=t0)
+    ProcedureRun._writer.filter(id=done.id).update(status="done")
+    retrying = ThreeSteps.submit(run_after=t0)
+    ProcedureRun._writer.filter(id=retrying.id).update(status="retrying", run_at=t0 + timedelta(hours=4))
+    ProcedureRun._writer.create(type_name="elsewhere.NotHere", step_name="x", run_at=t0)
+    types = [ThreeSteps.type_name]
+    assert next_due(type_names=types) == t0 + timedelta(hours=2)
+    assert next_due(type_names=types, queues=["default"]) == t0 + timedelta(hours=3)
+    assert next_due(type_names=types, queues=["nowhere"]) is None
+    assert next_due(type_names=["elsewhere.NotHere"]) == t0
+    assert next_due(type_names=[]) is None
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_step_that_marks_its_transaction_for_rollback_has_its_checkpoint_rolled_back_with_it():
+    from django.db import transaction
+
+    from django_procedures import Procedure, step
+    from django_procedures.runtime.executor import execute
+    from django_procedures.runtime.running import RunningClaim
+    from django_procedures.testing import isolated_registry
+
+    with isolated_registry():
+
+        class GivesUp(Procedure):
+            type_name = "tests.GivesUp"
+
+            @step
+            def first(self, ctx):
+                transaction.set_rollback(True)
+
+            @step
+            def second(self, ctx):
+                return None
+
+        run = GivesUp.submit({})
+        c = _claim_one(GivesUp.type_name)
+        execute(RunningClaim(c))
+    # The first step's checkpoint is part of its transaction, which rolled back: it was not sent alone.
+    assert not Step.objects.filter(procedure_id=run.id, name="first").exists()
