@@ -259,6 +259,7 @@ def test_a_sole_statement_inside_a_callers_transaction_stays_in_it():
 def test_a_checkpoint_and_a_completion_find_their_row_by_primary_key():
     """Not through the partial lease index: statistics that see almost nothing running make the planner scan it
     whole, reading every leased row of the table to find one."""
+    import itertools
     import re
 
     from django.db import connection
@@ -270,7 +271,7 @@ def test_a_checkpoint_and_a_completion_find_their_row_by_primary_key():
         cursor.execute(f"ANALYZE {ProcedureRun._meta.db_table}")  # as after a burst of submits: none running
     c = _claim_one(ThreeSteps.type_name)
     with connection.cursor() as cursor:
-        for complete in (False, True):
+        for complete, progress in itertools.product((False, True), (False, True)):
             names: list[str] = []
 
             def number(match, names=names):
@@ -278,14 +279,14 @@ def test_a_checkpoint_and_a_completion_find_their_row_by_primary_key():
                     names.append(match[1])
                 return f"${names.index(match[1]) + 1}"
 
-            sql = re.sub(r"%\((\w+)\)s", number, progress_sql._statement(complete, 1))
+            sql = re.sub(r"%\((\w+)\)s", number, progress_sql._statement(complete, 1, progress))
             cursor.execute("SET plan_cache_mode = force_generic_plan")
             cursor.execute(f"PREPARE fenced_write AS {sql}")
             try:
                 now = "2026-01-01T00:00:00Z"
                 values = {"id": str(c.id), "token": c.lease_token, "state": "{}", "now": now, "step": 1,
                           "step_name": "", "output": "null", "index0": 0, "name0": "one", "attempt0": 1,
-                          "started0": now, "finished0": now}
+                          "started0": now, "finished0": now, "progress": "{}"}
                 cursor.execute(f"EXPLAIN EXECUTE fenced_write({', '.join(['%s'] * len(names))})",
                                [values[n] for n in names])
                 plan = "\n".join(row[0] for row in cursor.fetchall())
