@@ -75,9 +75,10 @@ class Context:
     def progress(self, done: float, total: float | None = None, note: str = "") -> None:
         """Report how far this step has got: ``done`` of ``total`` units (None: unknown), with a short note.
 
-        Written by the step's checkpoint (or completion) with no statement of
-        its own, or, at most once a second per procedure, on its own outside
-        the step's transaction (visible while an atomic step still runs). Bad
+        At most one write a second per procedure: carried by a checkpoint (or
+        the suspension or completion) with no statement of its own, or written
+        on its own outside the step's transaction (visible while an atomic
+        step still runs). Bad
         input never fails the step: it is clamped or ignored, with a warning
         (see ``policy.progress.normalise``). A lost lease drops the report.
         """

@@ -253,7 +253,8 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             running.progress.step_ended()  # no write follows: a report held back past its interval is written
             continue
         reconnect.record(running, safe, partial(transitions.commit_checkpoint, claim, records, procedure.state,
-                                                following.name, running.progress.take(), ends_transaction=True))
+                                                following.name, running.progress.take(if_due=True),
+                                                ends_transaction=True))
         observe.steps_committed(claim, records)
         return None
 

@@ -99,16 +99,21 @@ class ProgressRecorder:
             with self._lock:
                 self._write_if_due(own_connection=True)
 
-    def take(self) -> dict[str, Any] | None:
+    def take(self, *, if_due: bool = False) -> dict[str, Any] | None:
         """The held-back report (as stored), for the write that commits the claim's steps to carry; None if none.
 
         That write (``store.transitions`` checkpoint, suspension, completion)
         is fenced like any other, so a report it carries is written exactly
         when it is, in the same statement: no statement or commit of its own.
         Taken, the report is no longer held back (the heartbeat will not write
-        it as well), and the interval starts again.
+        it as well), and the interval starts again. ``if_due`` (a checkpoint):
+        only once the interval has passed, so that short steps do not send a
+        report with every checkpoint; the suspension or completion that ends
+        the claim takes it whatever the interval.
         """
         if self.pending is None:  # the executor thread is the only one that sets it: no lock needed to look
+            return None
+        if if_due and time.monotonic() - self._written_at < MIN_INTERVAL:
             return None
         with self._lock:
             value, self.pending = self.pending, None

@@ -24,7 +24,8 @@ T = datetime(2031, 3, 4, 5, 6, 7, tzinfo=UTC)
 
 
 class TwoSteps(Procedure):
-    """Reports ``n`` times in each step; its output is the progress its second step found stored."""
+    """Reports ``n`` times in each step (the first seems to take ``takes`` seconds); its output is the progress
+    its second step found stored."""
 
     type_name = "test.ProgressTwoSteps"
 
@@ -32,6 +33,7 @@ class TwoSteps(Procedure):
     def first(self, ctx):
         for i in range(self.state["n"]):
             ctx.progress(i + 1, 2 * self.state["n"], "first")
+        OFFSET[0] += self.state.get("takes", 0.0)  # seconds this step seems to take (see OFFSET)
 
     @step
     def second(self, ctx):
@@ -133,11 +135,28 @@ def test_a_report_held_back_when_a_step_ends_past_the_interval_still_rides_along
     assert (slow.refresh().progress["done"], slow.progress["note"]) == (2, "second")
 
 
-def test_a_report_is_visible_once_the_checkpoint_commits():
-    handle, _ = run_one(TwoSteps, {"n": 3})
+def test_a_report_rides_along_with_a_checkpoint_once_the_interval_has_passed(monkeypatch):
+    from django_procedures.runtime import progress
+
+    real = time.monotonic
+    monkeypatch.setattr(progress.time, "monotonic", lambda: real() + OFFSET[0])
+    handle, _ = run_one(TwoSteps, {"n": 3, "takes": 2.0})
     # What the second step found stored: the first step's latest report, written by its checkpoint (held back
     # until the completion before).
     assert handle.refresh().output == {"done": 3, "total": 6, "note": "first"}
+    assert (handle.progress["done"], handle.progress["note"]) == (6, "second")
+
+
+def test_within_the_interval_a_checkpoint_carries_no_report_and_the_completion_the_latest(monkeypatch):
+    statements = Statements(monkeypatch)
+    handle, _ = run_one(TwoSteps, {"n": 3}, statements)
+    # A checkpoint within a second of the claim's start (or of the last report written) leaves its report held
+    # back: short steps do not send one with every checkpoint. The completion carries the latest.
+    assert handle.refresh().output is None
+    assert (handle.progress["done"], handle.progress["note"]) == (6, "second")
+    if connection.vendor == "postgresql":  # each is one statement there (store/progress_sql.py)
+        checkpoint, completion = [sql for sql in statements.sent if sql.lstrip().startswith("WITH run AS")]
+        assert "progress" not in checkpoint and "progress" in completion
 
 
 def test_a_report_rides_along_with_a_suspension():
