@@ -581,6 +581,7 @@ def _drain_steps(ctx: Context, label: str, cls: Any, n: int, args: Sequence[str]
         since = _now()
         with _submitter_span(traced):
             submit(cls, [{}] * n)
+        checkpoint()  # the copied template and the submits: their checkpoint must not land in one drain only
         run = run_burst(ctx, db, since, n, 2, args=args, env=env)
     return n * 10 / (run.last - run.first), run.commits / (n * 10)
 
