@@ -126,7 +126,8 @@ def finish_one(run: Ending, write: Callable[[], bool], *, failed: bool, signal: 
 
 def _finish_hooks(run: Ending, *, failed: bool) -> None:
     """Release the run's lock keys, wake its parent if due, complete its schedule run (rows locked by
-    :func:`lock_for_final`)."""
+    :func:`lock_for_final`). :attr:`Ending.hooks_write` says when this writes: keep the two in step (a completion
+    sent alone in autocommit relies on it, ``transitions.complete``)."""
     from django_procedures.store import schedules
 
     if run.has_keys:

@@ -5,7 +5,7 @@ from django.db.models import F
 
 from django_procedures.exceptions import LeaseLost
 from django_procedures.models import Lease, ProcedureRun, Step
-from django_procedures.store import transitions
+from django_procedures.store import db, transitions
 from django_procedures.store.claim import claim
 from django_procedures.store.db import text_array
 from testproject.testapp.procedures import ThreeSteps
@@ -150,19 +150,27 @@ def test_a_claim_inside_a_callers_transaction_leaves_its_commit_alone():
 
 
 class _Commands:
-    """The transaction commands (``BEGIN``, ``COMMIT``...) psycopg sends on any connection of this process."""
+    """The transaction commands (``BEGIN``, ``COMMIT``...) psycopg sends on any connection of this process, and
+    ``WRITE`` where a checkpoint or completion statement (``store.progress_sql``) was sent among them."""
 
     def __init__(self, monkeypatch) -> None:
         import psycopg
 
         self.sent: list[str] = []
         send = psycopg.Connection._exec_command
+        bound_execute = db._BoundCursor.execute
 
         def spy(conn, command, *args, **kwargs):
             self.sent.append(bytes(command).decode().split()[0].upper())
             return send(conn, command, *args, **kwargs)
 
+        def write(cursor, sql, params):
+            bound_execute(cursor, sql, params)  # (psycopg sends the BEGIN it needs from inside)
+            if "WITH run AS" in sql:
+                self.sent.append("WRITE")
+
         monkeypatch.setattr(psycopg.Connection, "_exec_command", spy)
+        monkeypatch.setattr(db._BoundCursor, "execute", write)
 
 
 def _claim_one(type_name: str):
@@ -182,7 +190,7 @@ def test_checkpoints_and_the_completion_of_steps_that_run_no_sql_are_one_round_t
     c = _claim_one(Counter.type_name)
     commands = _Commands(monkeypatch)
     assert execute(RunningClaim(c)).value == "completed"
-    assert commands.sent == []
+    assert commands.sent == ["WRITE"] * 3  # two checkpoints and the completion, each alone
     row = ProcedureRun.objects.get(id=run.id)
     assert (row.status, row.step, row.output, row.state) == ("done", 3, 3, {"target": 3, "n": 3})
     assert list(Step.objects.filter(procedure_id=run.id).order_by("index").values_list("index", "status")) == [
@@ -201,7 +209,8 @@ def test_a_steps_own_writes_still_commit_in_one_transaction_with_its_checkpoint(
     c = _claim_one(ThreeSteps.type_name)
     commands = _Commands(monkeypatch)
     assert execute(RunningClaim(c)).value == "completed"
-    assert commands.sent == ["BEGIN", "COMMIT"] * 3  # each step: its Effect row and its checkpoint, together
+    # Each step: its Effect row (which opens the transaction) and its checkpoint, together.
+    assert commands.sent == ["BEGIN", "WRITE", "COMMIT"] * 3
     assert Effect.objects.filter(procedure_id=run.id).count() == 3
 
 
@@ -231,9 +240,49 @@ def test_a_completion_whose_finish_hooks_write_stays_in_their_transaction(monkey
         c = _claim_one(HoldsAKey.type_name)
         commands = _Commands(monkeypatch)
         assert execute(RunningClaim(c)).value == "completed"
-    assert commands.sent == ["BEGIN", "COMMIT"]
+    # Sent alone, the completion would come before the BEGIN of the keys' release.
+    assert commands.sent == ["BEGIN", "WRITE", "COMMIT"]
     assert ProcedureRun.objects.get(id=run.id).status == "done"
     assert not KeyRequest.objects.filter(procedure_id=run.id).exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_last_child_completes_in_the_transaction_that_wakes_its_parent(monkeypatch):
+    """A child's completion is followed by waking its parent (``Ending.hooks_write``): they commit together."""
+    from django_procedures import Procedure, Status, step
+    from django_procedures.runtime.executor import execute
+    from django_procedures.runtime.running import RunningClaim
+    from django_procedures.testing import isolated_registry
+
+    with isolated_registry():
+
+        class Quiet(Procedure):
+            type_name = "tests.QuietChild"
+
+            @step
+            def run(self, ctx):
+                return None  # no SQL of its own: without the parent, its completion would go alone
+
+        class Spawns(Procedure):
+            type_name = "tests.SpawnsQuiet"
+
+            @step
+            def spawn(self, ctx):
+                return Status.suspended([Quiet({})])
+
+            @step
+            def collect(self, ctx):
+                return None
+
+        parent = Spawns.submit({})
+        assert execute(RunningClaim(_claim_one(Spawns.type_name))).value == "suspended"
+        child = _claim_one(Quiet.type_name)
+        commands = _Commands(monkeypatch)
+        assert execute(RunningClaim(child)).value == "completed"
+    # Sent alone, the completion would come before the BEGIN of the wake-up's transaction.
+    assert commands.sent == ["BEGIN", "WRITE", "COMMIT"]
+    assert ProcedureRun.objects.get(id=parent.id).status == "ready"
 
 
 @pytest.mark.postgres
