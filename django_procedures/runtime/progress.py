@@ -80,8 +80,7 @@ class ProgressRecorder:
             return
         with self._lock:
             self.pending = value
-            if time.monotonic() - self._written_at >= MIN_INTERVAL:
-                self._write(own_connection=not self.side_connection)
+            self._write_if_due(own_connection=not self.side_connection)
 
     def step_ended(self) -> None:
         """Between steps of a ``persist=False`` group (no checkpoint to carry it): write a held-back report if the
@@ -113,7 +112,7 @@ class ProgressRecorder:
         """
         if self.pending is None:  # the executor thread is the only one that sets it: no lock needed to look
             return None
-        if if_due and time.monotonic() - self._written_at < MIN_INTERVAL:
+        if if_due and not self._due():
             return None
         with self._lock:
             value, self.pending = self.pending, None
@@ -126,8 +125,12 @@ class ProgressRecorder:
             if self.pending is not None:
                 self._write(own_connection=not self.side_connection)
 
+    def _due(self) -> bool:
+        """Whether the interval since the last write (or the claim's start) has passed."""
+        return time.monotonic() - self._written_at >= MIN_INTERVAL
+
     def _write_if_due(self, *, own_connection: bool) -> None:
-        if self.pending is not None and time.monotonic() - self._written_at >= MIN_INTERVAL:
+        if self.pending is not None and self._due():
             self._write(own_connection=own_connection)
 
     def _write(self, *, own_connection: bool) -> None:

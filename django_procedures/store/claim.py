@@ -227,7 +227,6 @@ def _run_pg(picked: str, worker: str, lease_seconds: float, now: datetime, **par
     return claims
 
 
-# What next_due's ORM query asks, as a statement prepared once per connection.
 def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
     """The earliest ``run_at`` of a ready or retrying procedure this worker could claim."""
     if not type_names:
@@ -240,7 +239,8 @@ def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None) 
     return rows.aggregate(at=Min("run_at"))["at"]
 
 
-# See _TYPE_IN: its cost follows the backlog, not the history.
+# What next_due's ORM query asks, as a statement prepared once per connection; see _TYPE_IN: its cost follows
+# the backlog, not the history.
 _PG_NEXT_DUE = f"""
     SELECT min(run_at) FROM {{run}}
     WHERE status IN ({sql_list(CLAIMABLE)}) AND NOT waiting_for_keys AND {_TYPE_IN} {{queue_filter}}

@@ -13,10 +13,11 @@ from django_procedures import Procedure, Status, step
 from django_procedures.exceptions import LeaseLost
 from django_procedures.models import ProcedureRun
 from django_procedures.runtime.executor import RunningClaim, execute
-from django_procedures.store import db, operations, transitions
+from django_procedures.store import operations, transitions
 from django_procedures.store.claim import claim
 from django_procedures.store.transitions import StepRecord
 from testproject.testapp.procedures import Leaf
+from tests.store.test_sibling_completion import Statements
 
 pytestmark = pytest.mark.django_db
 
@@ -74,24 +75,6 @@ class Suspends(Procedure):
     @step
     def after(self, ctx):
         pass
-
-
-class Statements:
-    """Counts the statements this thread's connection sends, the server-bound hot ones included."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.sent: list[str] = []
-        raw_execute = db._BoundCursor.execute
-
-        def bound(cursor, sql, params):
-            self.sent.append(sql)
-            raw_execute(cursor, sql, params)
-
-        monkeypatch.setattr(db._BoundCursor, "execute", bound)
-
-    def __call__(self, execute, sql, params, many, context):
-        self.sent.append(sql)
-        return execute(sql, params, many, context)
 
 
 def run_one(cls, state, statements=None):

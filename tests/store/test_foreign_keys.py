@@ -62,12 +62,17 @@ def test_postgresql_enforces_no_foreign_key_to_a_run_and_the_indexes_stay():
         assert (model._meta.db_table, column) in indexed, column
 
 
-def test_a_prune_leaves_no_row_behind():
+def old_tree_of_three() -> ProcedureRun:
+    """An old finished root with a child and a grandchild, each with a step, a lease and a lock key row."""
     root = old()
     child = old(parent=root)
-    grandchild = old(parent=child)
-    for run in (root, child, grandchild):
+    for run in (root, child, old(parent=child)):
         key_request(run)
+    return root
+
+
+def test_a_prune_leaves_no_row_behind():
+    old_tree_of_three()
     kept = old()
     kept_child = old("running", parent=kept)  # an unfinished tree stays whole
     key_request(kept_child)
@@ -79,11 +84,7 @@ def test_a_prune_leaves_no_row_behind():
 
 
 def test_deleting_a_run_through_the_orm_cascades_in_python_and_leaves_no_row_behind():
-    root = old()
-    child = old(parent=root)
-    grandchild = old(parent=child)
-    for run in (root, child, grandchild):
-        key_request(run)
+    root = old_tree_of_three()
     other = old()
     _, by_model = ProcedureRun._writer.filter(id=root.id).delete()
     assert by_model["django_procedures.ProcedureRun"] == 3
