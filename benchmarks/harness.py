@@ -91,6 +91,14 @@ class Server:
         """Committed transactions of ``dbname`` so far (read from another database, so this read adds none)."""
         return int(self.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", [dbname])[0][0])
 
+    def wal_lsn(self) -> str:
+        """The server's current WAL position (the whole server's: other databases' writes count too)."""
+        return str(self.execute("SELECT pg_current_wal_lsn()")[0][0])
+
+    def wal_since(self, lsn: str) -> int:
+        """Bytes of WAL the server wrote since ``lsn``."""
+        return int(self.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [lsn])[0][0])
+
     def backends(self, dbname: str) -> int:
         return int(self.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [dbname])[0][0])
 
@@ -296,7 +304,6 @@ class Workers:
     def _start_one(self, name: str, concurrency: int, burst: bool, settings: dict[str, Any] | None,
                    args: Sequence[str] = (), extra_env: dict[str, str] | None = None) -> Worker:
         env = dict(os.environ)
-        env.update(extra_env or {})
         env.update({
             "DATABASE_URL": self.url,
             "DJANGO_SETTINGS_MODULE": "benchmarks.settings",
@@ -304,6 +311,7 @@ class Workers:
             "PROCEDURES_JSON": json.dumps({**WORKER_SETTINGS, **(settings or {})}),
             "PROCEDURES_LOG": "INFO",
         })
+        env.update(extra_env or {})  # last: the comparison with the peers names its own DJANGO_SETTINGS_MODULE
         command = [sys.executable, str(MANAGE), "procedures_worker", "--worker-id", name,
                    "--concurrency", str(concurrency)]
         if burst:
