@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks import history
+from benchmarks import history, observability
 from benchmarks.harness import (
     BenchmarkError,
     Databases,
@@ -152,6 +152,7 @@ class Drain:
     peak_mb: float  # largest worker peak RSS (VmHWM)
     worker_cpu_ms: float  # worker CPU per procedure (all worker processes, start-up included)
     db_cpu_ms: float  # PostgreSQL backend CPU per procedure (nan when not measurable)
+    wal_bytes: float  # WAL per procedure
 
 
 def drain_noops(ctx: Context, label: str, n: int, workers: int, template: str | None = None,
@@ -178,6 +179,9 @@ class Burst:
     commits: int
     first: float
     last: float
+    #: Bytes of WAL written while the workers ran (the server's: nothing else should be writing). It counts
+    #: every row and index entry written, and does not depend on how fast or busy the machine is.
+    wal: int
 
     @property
     def t0(self) -> float:
@@ -190,16 +194,16 @@ def run_burst(ctx: Context, db: str, since: Any, expected: int, workers: int, **
     exit, and check that the ``expected`` runs submitted since ``since`` all finished."""
     close_connection()
     ctx.server.wait_disconnected(db)
-    before = ctx.server.xact_commit(db)
+    before, lsn = ctx.server.xact_commit(db), ctx.server.wal_lsn()
     with ctx.workers(db) as pool:
         started = pool.start(workers, concurrency=ctx.threads, burst=True, **start)
         pool.wait_exit(started, ctx.sizes.timeout)
     ctx.server.wait_disconnected(db)
-    commits = ctx.server.xact_commit(db) - before
+    commits, wal = ctx.server.xact_commit(db) - before, ctx.server.wal_since(lsn)
     count, first, last = finished_span(since)
     if count != expected:
         raise BenchmarkError(f"expected {expected} procedures, found {count}")
-    return Burst(started, pool, commits, first, last)
+    return Burst(started, pool, commits, first, last, wal)
 
 
 def _drain_noops_in(ctx: Context, db: str, n: int, workers: int, settings: dict[str, Any] | None,
@@ -218,7 +222,7 @@ def _drain_noops_in(ctx: Context, db: str, n: int, workers: int, settings: dict[
                  rss_mb=max(w.last.rss_kb for w in run.started) / 1024,
                  peak_mb=max(w.last.hwm_kb for w in run.started) / 1024,
                  worker_cpu_ms=run.pool.worker_cpu() / n * 1000,
-                 db_cpu_ms=db_cpu / n * 1000 if db_cpu is not None else float("nan"))
+                 db_cpu_ms=db_cpu / n * 1000 if db_cpu is not None else float("nan"), wal_bytes=run.wal / n)
 
 
 def throughput(ctx: Context) -> list[Metric]:
@@ -230,7 +234,7 @@ def throughput(ctx: Context) -> list[Metric]:
             ctx.progress(f"  throughput run {run + 1}: {workers} worker(s) x {t} threads: {d.rate:,.0f}/s "
                          f"({d.steady:,.0f}/s from the first claim), {d.commits:.2f} commits/procedure, "
                          f"CPU/procedure: worker {d.worker_cpu_ms:.2f} ms + PostgreSQL {d.db_cpu_ms:.2f} ms, "
-                         f"RSS {d.rss_mb:.0f} MB (peak {d.peak_mb:.0f} MB)")
+                         f"WAL {d.wal_bytes:,.0f} bytes/procedure, RSS {d.rss_mb:.0f} MB (peak {d.peak_mb:.0f} MB)")
             rows[workers].append(d)
     one, two = rows[1], rows[2]
     return [
@@ -248,6 +252,8 @@ def throughput(ctx: Context) -> list[Metric]:
                [d.worker_cpu_ms for d in two], digits=2),
         Metric("1 throughput", "CPU per procedure, PostgreSQL backends (2 workers)", "ms",
                [d.db_cpu_ms for d in two if d.db_cpu_ms == d.db_cpu_ms], digits=2),
+        Metric("1 throughput", "WAL per procedure (2 workers; every row and index entry written)", "bytes",
+               [d.wal_bytes for d in two]),
         Metric("1 throughput", "capacity of 2 idle cores at that CPU cost: 2000 / (worker + PostgreSQL ms)",
                "procedures/s", [2000 / (d.worker_cpu_ms + d.db_cpu_ms) for d in two if d.db_cpu_ms == d.db_cpu_ms]),
         Metric("7 memory", f"worker RSS after the throughput drain (1 worker x {t} threads)", "MB",
@@ -476,16 +482,24 @@ def backlog(ctx: Context) -> list[Metric]:
     t = time.monotonic()
     seeded = ctx.databases.template("backlog", lambda: seed_backlog(s.backlog_finished, s.backlog_future))
     ctx.progress(f"  seeded in {time.monotonic() - t:.0f}s")
-    empty, full, ratio = [], [], []
+    empty, full, ratio, cpu_ratio = [], [], [], []
     for run in range(ctx.runs):
-        e = drain_noops(ctx, f"backlog_empty_{run}", s.backlog_drain, 2)
-        # Retention off: this measures claims beside the backlog (the retention benchmark measures pruning).
-        f = drain_noops(ctx, f"backlog_full_{run}", s.backlog_drain, 2, template=seeded, settings=KEEP_HISTORY)
+        drains: dict[str, Drain] = {}
+        # Neither side always goes first; retention off on both: this measures claims beside the backlog (the
+        # retention benchmark measures pruning).
+        for side in ("empty", "full") if run % 2 == 0 else ("full", "empty"):
+            template = seeded if side == "full" else None
+            drains[side] = drain_noops(ctx, f"backlog_{side}_{run}", s.backlog_drain, 2, template=template,
+                                       settings=KEEP_HISTORY)
+        e, f = drains["empty"], drains["full"]
         empty.append(e.rate)
         full.append(f.rate)
         ratio.append(f.rate / e.rate * 100)
+        if e.db_cpu_ms == e.db_cpu_ms and f.db_cpu_ms == f.db_cpu_ms:
+            cpu_ratio.append((e.worker_cpu_ms + e.db_cpu_ms) / (f.worker_cpu_ms + f.db_cpu_ms) * 100)
         ctx.progress(f"  backlog run {run + 1}: empty table {e.rate:,.0f}/s, with backlog {f.rate:,.0f}/s "
-                     f"({ratio[-1]:.0f}%)")
+                     f"({ratio[-1]:.0f}%); CPU per procedure, workers + PostgreSQL: empty {e.worker_cpu_ms:.2f} + "
+                     f"{e.db_cpu_ms:.2f} ms, backlog {f.worker_cpu_ms:.2f} + {f.db_cpu_ms:.2f} ms")
     what = f"{s.backlog_drain:,} no-op procedures, 2 workers x {ctx.threads} threads"
     return [
         Metric("4 backlog", f"{what}, empty table", "procedures/s", empty),
@@ -494,6 +508,9 @@ def backlog(ctx: Context) -> list[Metric]:
         Metric("4 backlog", "backlog / empty (paired runs)", "%", ratio, "≥ 90", lambda v: v >= 90),
         Metric("4 backlog", "backlog / empty, worst run (the target holds in every run)", "%",
                [min(ratio)], "≥ 90", lambda v: v >= 90),
+        # CPU per procedure does not depend on what else the machine runs, as a drain's rate does.
+        Metric("4 backlog", "CPU per procedure (workers + PostgreSQL), empty / backlog (paired runs)", "%",
+               cpu_ratio),
     ]
 
 
@@ -567,94 +584,6 @@ def schedules(ctx: Context) -> list[Metric]:
     return [Metric("6 schedules", label, "s", seconds, "≤ 1", lambda v: v <= 1, digits=2)]
 
 
-# --------------------------------------------------------------------------- 8. observability
-
-
-def _drain_steps(ctx: Context, label: str, cls: Any, n: int, args: Sequence[str],
-                 env: dict[str, str] | None = None, traced: bool = False) -> tuple[float, float]:
-    """``n`` ten-step procedures of ``cls`` drained by 2 burst workers started with ``args`` (and ``env``).
-
-    ``traced``: submitted inside a span, so each row carries the submitter's trace context.
-    Returns (steps/s from the first claim to the last finish, commits per step over the workers' life).
-    """
-    with ctx.databases.fresh(label) as db:
-        since = _now()
-        with _submitter_span(traced):
-            submit(cls, [{}] * n)
-        checkpoint()  # the copied template and the submits: their checkpoint must not land in one drain only
-        run = run_burst(ctx, db, since, n, 2, args=args, env=env)
-    return n * 10 / (run.last - run.first), run.commits / (n * 10)
-
-
-def _submitter_span(traced: bool) -> Any:
-    """A span current while the benchmark submits (from a tracer provider of its own), or nothing."""
-    import contextlib
-
-    if not traced:
-        return contextlib.nullcontext()
-    from opentelemetry.sdk.trace import TracerProvider
-
-    return TracerProvider().get_tracer("benchmarks").start_as_current_span("submit")
-
-
-def _tracing_available() -> bool:
-    from importlib.util import find_spec
-
-    return find_spec("opentelemetry") is not None and find_spec("opentelemetry.sdk") is not None
-
-
-#: The observability variants, each adding to the one before: (name, reporting progress, worker args, tracing).
-_METRICS_ARGS = ("--metrics-port", "0", "--metrics-host", "127.0.0.1")
-_VARIANTS = [("baseline", False, (), False), ("+progress", True, (), False),
-             ("+metrics", True, _METRICS_ARGS, False), ("+otel", True, _METRICS_ARGS, True)]
-
-
-def observability(ctx: Context) -> list[Metric]:
-    """Progress reports (one per step), worker metrics and OpenTelemetry spans added in turn, on the same work.
-
-    Each variant adds to the one before; throughput is a ratio to the baseline of the same run, so a
-    busy machine moves both sides. "+otel" workers have an SDK tracer provider that batches spans and
-    drops them (benchmarks/settings.py), and the procedures were submitted inside a span.
-    """
-    from benchmarks.procedures import TenSteps, TenStepsReporting
-
-    n, t = ctx.sizes.steps_procedures, ctx.threads
-    variants = [v for v in _VARIANTS if not v[3] or _tracing_available()]
-    if len(variants) < len(_VARIANTS):
-        ctx.progress("  observability: opentelemetry-sdk is not installed; +otel is left out")
-    rates: dict[str, list[float]] = {v[0]: [] for v in variants}
-    ratios: dict[str, list[float]] = {v[0]: [] for v in variants[1:]}
-    commits: dict[str, list[float]] = {v[0]: [] for v in variants}
-    for run in range(ctx.runs):
-        # Rotate which goes first, so a warming cache or a busy neighbour does not favour one side.
-        shift = run % len(variants)
-        for name, reporting, args, traced in variants[shift:] + variants[:shift]:
-            cls = TenStepsReporting if reporting else TenSteps
-            env = {"BENCH_TRACING": "1"} if traced else None
-            label = f"observability_{name.strip('+')}_{run}"
-            rate, per_step = _drain_steps(ctx, label, cls, n, args, env=env, traced=traced)
-            rates[name].append(rate)
-            commits[name].append(per_step)
-        for name in ratios:
-            ratios[name].append(rates[name][-1] / rates["baseline"][-1])
-        ctx.progress(f"  observability run {run + 1}: " + ", ".join(
-            f"{name} {rates[name][-1]:,.0f} steps/s" + (f" ({ratios[name][-1]:.3f})" if name in ratios else "")
-            + f" {commits[name][-1]:.3f} commits/step" for name in rates))
-    what = {"baseline": "progress, metrics and tracing off", "+progress": "one ctx.progress() per step",
-            "+metrics": "and --metrics-port on", "+otel": "and OpenTelemetry spans (SDK, batched, dropped)"}
-    metrics = [Metric("8 observability", f"baseline: {n:,} procedures x 10 steps, 2 workers x {t} threads, "
-                      f"{what['baseline']}", "steps/s", rates["baseline"])]
-    for name in ratios:
-        target, meets = ("≥ 0.95", lambda v: v >= 0.95) if name in ("+progress", "+metrics") else ("", None)
-        metrics.append(Metric("8 observability", f"{name}: {what[name]}", "steps/s", rates[name]))
-        metrics.append(Metric("8 observability", f"{name} / baseline throughput", "ratio", ratios[name], target,
-                              meets, digits=3))
-    for name in rates:
-        metrics.append(Metric("8 observability", f"commits per step, {name} (whole worker life)", "commits",
-                              commits[name], digits=3))
-    return metrics
-
-
 from benchmarks.fleet import fleet  # noqa: E402  (it uses this module's helpers)
 
 BENCHMARKS: dict[str, Callable[[Context], list[Metric]]] = {
@@ -664,7 +593,7 @@ BENCHMARKS: dict[str, Callable[[Context], list[Metric]]] = {
     "backlog": backlog,
     "trees": trees,
     "schedules": schedules,
-    "observability": observability,
+    "observability": observability.observability,
     "tasks": lambda ctx: _tasks_benchmark(ctx),
     "fleet": fleet,
     "retention": history.retention,
