@@ -68,6 +68,8 @@ def expected_seconds(n: int, reps: int) -> float:
 
 #: Worker processes on both sides (the peers' scenarios are all W = 2).
 WORKERS = 2
+#: Our workers start a project as small as the peers' (benchmarks/settings_peers.py).
+PROJECT = {"DJANGO_SETTINGS_MODULE": "benchmarks.settings_peers"}
 
 
 @dataclass
@@ -101,7 +103,7 @@ def drain(ctx: Context, label: str, work: str, n: int) -> Ours:
         with connection.cursor() as cursor:  # as the peer driver does before its workers start
             cursor.execute("ANALYZE")
             cursor.execute("CHECKPOINT")
-        run = run_burst(ctx, db, since, count, WORKERS)
+        run = run_burst(ctx, db, since, count, WORKERS, env=PROJECT)
         units = count * steps
         return Ours(units / (run.last - run.t0), units / (run.last - run.first), run.commits / units,
                     max(w.last.hwm_kb for w in run.started) / 1024)
@@ -176,7 +178,9 @@ def table(pairs: list[Pairs], n: int, threads: int) -> str:
                      f"{len(p.theirs)} |")
     noop = next((p for p in pairs if p.comparison.work == "noop"), None)
     steps = next((p for p in pairs if p.comparison.work == "steps10"), None)
-    notes = [f"\nOurs: `procedures_worker --burst`, {WORKERS} processes x {threads} threads."]
+    notes = [f"\nOurs: `procedures_worker --burst`, {WORKERS} processes x {threads} threads, in a project as small "
+             "as the peers' (contenttypes, django_procedures and the benchmark procedures: "
+             "benchmarks/settings_peers.py)."]
     if noop:
         notes.append(f"Ours, one-step jobs: {_fmt([o.commits for o in noop.ours], 3)} commits per procedure "
                      f"(target ≤ 1.1), worker peak RSS {_fmt([o.rss_mb for o in noop.ours])} MB (target ≤ 120).")
