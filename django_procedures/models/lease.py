@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import Q
 
 from django_procedures.models.readonly import ReadOnlyQuerySet, StoreWritten, WriterQuerySet
 from django_procedures.policy.status import LeaseOutcome
@@ -31,12 +30,8 @@ class Lease(StoreWritten):
         constraints = [
             models.UniqueConstraint(fields=["procedure", "token"], name="procedures_lease_token"),
         ]
-        indexes = [
-            models.Index(fields=["claimed_at"], condition=Q(released_at__isnull=True),
-                         name="procedures_open_lease_idx"),
-            # Lease history by claim time (the admin's reads of recent claims).
-            models.Index(fields=["claimed_at"], name="procedures_lease_claimed_idx"),
-        ]
+        # No other index: every read of leases goes by procedure (the constraint's index), and each index
+        # more would be written twice per claim, at the claim and when the lease is closed (migration 0015).
 
     def __str__(self) -> str:
         return f"lease {self.token} of {self.procedure_id} by {self.worker}: {self.outcome or 'open'}"
