@@ -287,6 +287,42 @@ def test_the_last_child_completes_in_the_transaction_that_wakes_its_parent(monke
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+def test_a_scheduled_run_completes_in_the_transaction_that_completes_its_schedule_run(monkeypatch):
+    """A scheduled run's completion is followed by its schedule's metrics and freed slot: they commit together.
+
+    Two things keep it so: ``Ending.hooks_write`` names the schedule, and the final path locks the schedule row
+    before the write (``final.lock_for_final``), which opens the transaction anyway. This fails only when both go.
+    """
+    from django_procedures import Procedure, step, trigger_schedule
+    from django_procedures.models import Schedule
+    from django_procedures.runtime.executor import execute
+    from django_procedures.runtime.running import RunningClaim
+    from django_procedures.store.schedules import register_schedule
+    from django_procedures.testing import isolated_registry
+
+    with isolated_registry():
+
+        class QuietTick(Procedure):
+            type_name = "tests.QuietTick"
+
+            @step
+            def run(self, ctx):
+                return None  # no SQL of its own: without the schedule, its completion would go alone
+
+        schedule, _ = register_schedule("quiet", QuietTick, period=3600)
+        assert trigger_schedule(schedule)["started"] == 1
+        c = _claim_one(QuietTick.type_name)
+        assert c.schedule_id == schedule.id
+        commands = _Commands(monkeypatch)
+        assert execute(RunningClaim(c)).value == "completed"
+    # Sent alone, the completion would come before the BEGIN of the schedule's update.
+    assert commands.sent == ["BEGIN", "WRITE", "COMMIT"]
+    row = Schedule.objects.get(id=schedule.id)
+    assert (row.runs, row.active_runs) == (1, 0)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 def test_a_sole_statement_inside_a_callers_transaction_stays_in_it():
     """Only the outermost transaction, the one the statement ends, is ever left out: a caller's rollback holds."""
     from django.db import transaction
