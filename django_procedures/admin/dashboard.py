@@ -1,31 +1,43 @@
-"""The operator's dashboard: the last 24 hours by status, failing types, queue lag, live workers, schedules."""
+"""The operator's dashboard: the last 24 hours by status, failing types, queue lag, live workers, schedules.
+
+What finished in the last 24 hours is read once, from the counts the workers
+keep per minute (:func:`~django_procedures.admin.activity.finished_counts`), and
+serves the status counts, the failing types and the day chart.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Max, Min, Q
+from django.db.models import Count, Min, Q
 
 from django_procedures import registry
-from django_procedures.admin.activity import duration_percentiles, finished_per_bucket, queue_depth
+from django_procedures.admin.activity import UNREAD, duration_percentiles, finished_counts, per_bucket, queue_depth
 from django_procedures.admin.chart_layout import bucket_start, fill_buckets, window_start
 from django_procedures.admin.charts import depth_chart, percentiles_chart, throughput_chart
 from django_procedures.admin.why import duration
 from django_procedures.models import ProcedureRun, Schedule, Worker
-from django_procedures.policy.status import CLAIMABLE, LEASED, RunStatus
+from django_procedures.policy.status import CLAIMABLE, FINAL, LEASED, RunStatus
 from django_procedures.policy.workers import WorkerState
+from django_procedures.store.activity import counted_until
 from django_procedures.store.claim import unknown_types
 
 WINDOW = timedelta(hours=24)
 FAILED = (RunStatus.FAILED, RunStatus.ROLLED_BACK)
+#: ``{(bucket start, type, status): [how many, the latest finish]}``, as finished_counts returns it.
+FinishedCounts = dict[tuple[datetime, str, str], list[Any]]
 UNFINISHED = (RunStatus.READY, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.RETRYING, RunStatus.ROLLING_BACK)
 
 
-def status_counts(since: datetime) -> list[tuple[str, int]]:
-    """Procedures created since ``since``, by status (every status listed, zeros included)."""
-    found = dict(ProcedureRun.objects.filter(created_at__gte=since).order_by()
-                 .values_list("status").annotate(n=Count("id")))
+def status_counts(since: datetime, finished: FinishedCounts) -> list[tuple[str, int]]:
+    """Every status with a count: for a final status the procedures that finished with it since ``since``
+    (``finished``, from :func:`~django_procedures.admin.activity.finished_counts`), for the others the
+    procedures created since then and not finished."""
+    found: dict[str, int] = dict(ProcedureRun.objects.filter(status__in=UNFINISHED, created_at__gte=since)
+                                 .order_by().values_list("status").annotate(n=Count("id")))
+    for (_, _, status), (n, _) in finished.items():
+        found[status] = found.get(status, 0) + n
     return [(status.value, found.get(status.value, 0)) for status in RunStatus]
 
 
@@ -36,11 +48,15 @@ def unfinished_counts() -> list[tuple[str, int]]:
     return [(status.value, found.get(status.value, 0)) for status in UNFINISHED]
 
 
-def failing_types(since: datetime, limit: int = 10) -> list[dict[str, Any]]:
-    """Types with the most procedures that failed (or rolled back) since ``since``, most first."""
-    return list(ProcedureRun.objects.filter(status__in=FAILED, created_at__gte=since).order_by()
-                .values("type_name").annotate(failed=Count("id"), last=Max("finished_at"))
-                .order_by("-failed", "type_name")[:limit])
+def failing_types(finished: FinishedCounts, limit: int = 10) -> list[dict[str, Any]]:
+    """Types with the most procedures that failed (or rolled back) among ``finished``, most first."""
+    by_type: dict[str, dict[str, Any]] = {}
+    for (_, type_name, status), (n, last) in finished.items():
+        if status in FAILED:
+            row = by_type.setdefault(type_name, {"type_name": type_name, "failed": 0, "last": last})
+            row["failed"] += n
+            row["last"] = max(row["last"], last)
+    return sorted(by_type.values(), key=lambda row: (-row["failed"], row["type_name"]))[:limit]
 
 
 def queue_lag(now: datetime) -> list[dict[str, Any]]:
@@ -93,17 +109,25 @@ def schedules_panel(limit: int = 10) -> dict[str, Any]:
 
 
 #: (name, window, bucket seconds, a label every n buckets, accessible name) of the finished-per-bucket charts.
+DAY_BUCKET = 900
 THROUGHPUT = (("hour", timedelta(hours=1), 60, 10, "Procedures finished per minute over the last hour"),
-              ("day", timedelta(hours=24), 900, 12, "Procedures finished per 15 minutes over the last 24 hours"))
+              ("day", timedelta(hours=24), DAY_BUCKET, 12, "Procedures finished per 15 minutes over the last 24 hours"))
 
 
-def charts_panel(now: datetime) -> dict[str, Any]:
-    """The pictures: finished per minute (hour) and per 15 minutes (day), duration percentiles, queue depth."""
+def charts_panel(now: datetime, day: FinishedCounts | None = None, mark: datetime | None = UNREAD) -> dict[str, Any]:
+    """The pictures: finished per minute (hour) and per 15 minutes (day), duration percentiles, queue depth.
+
+    ``day``: the finished counts per 15 minutes from :func:`day_counts`, and ``mark``: ``counted_until()``,
+    if already read.
+    """
     out: dict[str, Any] = {}
+    mark = counted_until() if mark is UNREAD else mark
     for name, window, seconds, every, label in THROUGHPUT:
-        until = bucket_start(now, seconds) + timedelta(seconds=seconds)
-        buckets = fill_buckets(finished_per_bucket(window_start(now, window, seconds), until, seconds),
-                               now, window, seconds)
+        if name == "day":
+            counts = day_counts(now, mark) if day is None else day
+        else:
+            counts = finished_counts(window_start(now, window, seconds), _end(now, seconds), seconds, mark)
+        buckets = fill_buckets(per_bucket(counts), now, window, seconds)
         out[name] = {"svg": throughput_chart(buckets, seconds, label, every, f"chart-{name}"), "label": label,
                      "busy": [b for b in buckets if b.done or b.failed],
                      "done": sum(b.done for b in buckets), "failed": sum(b.failed for b in buckets)}
@@ -115,20 +139,37 @@ def charts_panel(now: datetime) -> dict[str, Any]:
     return out
 
 
+def window_since(now: datetime) -> datetime:
+    """The start of the dashboard's last 24 hours: a whole minute, as the counts the workers keep."""
+    return now.replace(second=0, microsecond=0) - WINDOW
+
+
+def _end(now: datetime, seconds: int) -> datetime:
+    return bucket_start(now, seconds) + timedelta(seconds=seconds)
+
+
+def day_counts(now: datetime, mark: datetime | None) -> FinishedCounts:
+    """What finished since :func:`window_since`, per 15 minutes (the day chart's buckets), type and status;
+    ``mark``: how far the workers have counted (``counted_until()``)."""
+    return finished_counts(window_since(now), _end(now, DAY_BUCKET), DAY_BUCKET, mark)
+
+
 def dashboard_context(now: datetime) -> dict[str, Any]:
-    since = now - WINDOW
+    since, mark = window_since(now), counted_until()
+    day = day_counts(now, mark)
     lag = queue_lag(now)
     oldest = min((row["oldest"] for row in lag), default=None)
     return {
         "since": since,
-        "status_counts": status_counts(since),
+        "status_counts": status_counts(since, day),
+        "finished_statuses": sorted(status.value for status in FINAL),
         "unfinished_counts": unfinished_counts(),
-        "failing_types": failing_types(since),
+        "failing_types": failing_types(day),
         "queue_lag": lag,
         "oldest_due": oldest,
         "oldest_due_age": None if oldest is None else duration((now - oldest).total_seconds()),
         "workers": workers_panel(since),
         "unknown_types": unknown_types(registry.type_names()),
         "schedules": schedules_panel(),
-        "charts": charts_panel(now),
+        "charts": charts_panel(now, day, mark),
     }

@@ -1,5 +1,6 @@
-"""The worker's retention chore: finished trees older than ``PROCEDURES['RETENTION']`` are pruned a little at a
-time, by one worker of the fleet at a time, so claims are never kept waiting behind a long delete."""
+"""The worker's history chores, each run by one worker of the fleet at a time: finished trees older than
+``PROCEDURES['RETENTION']`` are pruned a little at a time, so claims are never kept waiting behind a long delete;
+what finished is counted per minute for the dashboard (``store.activity``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from django_procedures import clock
 from django_procedures.conf import conf
 from django_procedures.policy.durations import parse_duration
 from django_procedures.policy.retention import next_batch_trees
-from django_procedures.store import retention, workers
+from django_procedures.store import activity, retention, workers
 
 logger = logging.getLogger("django_procedures.worker")
 
@@ -32,6 +33,8 @@ BUSY_SHARE = 0.1
 BEHIND_SECONDS = 1.0
 #: Seconds between passes once nothing is left to prune (or another worker is pruning, or retention is off).
 IDLE_SECONDS = 60.0
+#: Seconds between counts of the minutes that finished (each counts the settled minutes since the last).
+COUNT_SECONDS = 60.0
 
 
 class Pace:
@@ -91,3 +94,13 @@ def prune_pass() -> float | None:
             logger.info("retention: pruned %d trees finished before %s (%d procedures, %d steps, %d leases)",
                         pruned.trees, cutoff.isoformat(timespec="seconds"), pruned.procedures, pruned.steps,
                         pruned.leases)
+
+
+def count_finished() -> float | None:
+    """Count the procedures of the minutes that have settled since the last count (``store.activity.roll_up``).
+
+    Returns ``BEHIND_SECONDS`` while more minutes wait (a first count, or one
+    after the workers were away, goes an hour at a time), else None: the
+    chore's interval, ``COUNT_SECONDS``.
+    """
+    return BEHIND_SECONDS if activity.roll_up(clock.now()) else None

@@ -218,7 +218,8 @@ class Worker:
     def _chores(self) -> list[Chore]:
         chores = [Chore("maintenance", self.config.sweep_seconds, maintain),
                   Chore("stats", self.config.stats_seconds, lambda: self._log_stats("stats"), first_run=False),
-                  Chore("retention", retention.IDLE_SECONDS, retention.prune_pass)]
+                  Chore("retention", retention.IDLE_SECONDS, retention.prune_pass),
+                  Chore("activity", retention.COUNT_SECONDS, retention.count_finished)]
         if self.config.with_scheduler:
             chores.append(Chore("scheduler", self.config.tick_seconds, tick))
         return chores
