@@ -20,7 +20,12 @@ import django_procedures.admin.display as display
 import django_procedures.admin.progress as progress
 from django_procedures import registry
 from django_procedures.admin.bulk import BulkConfirmations
-from django_procedures.admin.changelist import EstimatedCountPaginator, ProcedureChangeList, QueryStringGuard
+from django_procedures.admin.changelist import (
+    EstimatedCountPaginator,
+    ProcedureChangeList,
+    QueryStringGuard,
+    mark_error_words,
+)
 from django_procedures.admin.confirm import CANCEL, RETRY
 from django_procedures.admin.dashboard import dashboard_context
 from django_procedures.admin.filters import LIST_FILTER, distinct_values
@@ -108,7 +113,10 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
         # ``error <> ''`` (always true of a match) lets PostgreSQL use the trigram index, which holds only errors.
         found = Q(status__in=[s for s in RunStatus if s != RunStatus.DONE], error__icontains=term) & ~Q(error="")
         types = sorted(t for t in known if term.lower() in t.lower())
-        return queryset.filter(found | Q(type_name__in=types) if types else found), False
+        if types:
+            return queryset.filter(found | Q(type_name__in=types)), False
+        mark_error_words(request)
+        return queryset.filter(found), False
 
     @admin.display(description=_("id"))
     def short_id(self, run: ProcedureRun) -> str:

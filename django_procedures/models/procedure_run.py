@@ -171,6 +171,11 @@ class ProcedureRun(StoreWritten):
             # once, when it fails or is cancelled, so claims and finishes never write it.
             models.Index(fields=["type_name", "status", "created_at", "id"], condition=Q(status__in=UNSUCCESSFUL),
                          name="procedures_failed_type_idx"),
+            # The admin's search by words common to many errors: the procedures with an error, newest first, walked
+            # until a page of them matches (admin/changelist.py, newest_matches_first). Partial, as the trigram
+            # index: a row enters it when it fails or is retried, never on the way of a run that succeeds.
+            models.Index(fields=["created_at", "id"], condition=~Q(status=RunStatus.DONE.value) & ~Q(error=""),
+                         name="procedures_error_created_idx"),
             # A schedule's runs, newest first (the admin's schedule filter); partial: most runs have no schedule.
             models.Index(fields=["schedule", "created_at", "id"], condition=Q(schedule__isnull=False),
                          name="procedures_schedule_idx"),

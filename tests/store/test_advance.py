@@ -341,7 +341,7 @@ def test_a_sole_statement_inside_a_callers_transaction_stays_in_it():
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_checkpoint_and_a_completion_find_their_row_by_primary_key():
+def test_a_checkpoint_and_a_completion_find_their_row_by_primary_key(analyze):
     """Not through the partial lease index: statistics that see almost nothing running make the planner scan it
     whole, reading every leased row of the table to find one."""
     import itertools
@@ -352,8 +352,7 @@ def test_a_checkpoint_and_a_completion_find_their_row_by_primary_key():
     from django_procedures.store import progress_sql
 
     ThreeSteps.submit_many([{}] * 1000)
-    with connection.cursor() as cursor:
-        cursor.execute(f"ANALYZE {ProcedureRun._meta.db_table}")  # as after a burst of submits: none running
+    analyze()  # as after a burst of submits: none running
     c = _claim_one(ThreeSteps.type_name)
     with connection.cursor() as cursor:
         for complete, progress in itertools.product((False, True), (False, True)):

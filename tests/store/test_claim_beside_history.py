@@ -49,11 +49,10 @@ def _fetched() -> int:
 
 
 @pytest.fixture
-def history_the_statistics_never_saw() -> None:
+def history_the_statistics_never_saw(analyze) -> None:
     _seed(OTHER, "done", 3000)
     _seed(OTHER, "ready", LATER, run_at="now() + interval '30 days'")  # scheduled for later: not due
-    with connection.cursor() as cursor:
-        cursor.execute(f"ANALYZE {ProcedureRun._meta.db_table}")
+    analyze()
     _seed(MINE, "done", HISTORY)
     _seed(MINE, "ready", 3)
 
