@@ -99,8 +99,13 @@ def prune_pass() -> float | None:
 def count_finished() -> float | None:
     """Count the procedures of the minutes that have settled since the last count (``store.activity.roll_up``).
 
-    Returns ``BEHIND_SECONDS`` while more minutes wait (a first count, or one
-    after the workers were away, goes an hour at a time), else None: the
-    chore's interval, ``COUNT_SECONDS``.
+    While more minutes wait (a first count, or one after the workers were
+    away, goes an hour at a time) returns the seconds until the next call:
+    nine times as long as this one took and at least ``BEHIND_SECONDS``, so
+    catching up takes at most a tenth of the main thread's time, as pruning
+    does. Else None: the chore's interval, ``COUNT_SECONDS``.
     """
-    return BEHIND_SECONDS if activity.roll_up(clock.now()) else None
+    started = monotonic()
+    if not activity.roll_up(clock.now()):
+        return None
+    return max(BEHIND_SECONDS, (monotonic() - started) * (1 - BUSY_SHARE) / BUSY_SHARE)
