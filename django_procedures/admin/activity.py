@@ -1,7 +1,7 @@
 """The dashboard's chart data: finished procedures per time bucket, duration percentiles, queue depth.
 
 Finished procedures are read from the per-minute counts the workers keep
-(``FinishedCount``) and, for the minutes not counted yet, by a time range on
+(``FinishedCount``) and, for the minutes not counted, by a time range on
 ``finished_at`` (``procedures_finished_idx``); the percentiles from a bounded
 sample of that index; the depth from the unfinished statuses
 (``procedures_status_idx``). So their cost follows the minutes, the sample and
@@ -21,7 +21,7 @@ from django.db.models import Count, F, Max, Q, Sum
 
 from django_procedures.models import FinishedCount, ProcedureRun
 from django_procedures.policy.status import CLAIMABLE, FINAL, LEASED, RunStatus
-from django_procedures.store.activity import DateBin, counted_until
+from django_procedures.store.activity import DateBin, counted_span
 
 __all__ = ["DEPTH_PARTS", "DateBin", "duration_percentiles", "finished_counts", "finished_per_bucket", "per_bucket",
            "percentile", "queue_depth"]
@@ -31,23 +31,23 @@ FAILED = (RunStatus.FAILED, RunStatus.ROLLED_BACK)
 PERCENTILE_SAMPLE = 20_000
 
 
-#: finished_counts reads the mark itself unless given one.
+#: finished_counts reads the counted span itself unless given one.
 UNREAD: Any = object()
 
 
 def finished_counts(since: datetime, until: datetime, seconds: int,
-                    mark: datetime | None = UNREAD) -> dict[tuple[datetime, str, str], list[Any]]:
+                    counted: tuple[datetime, datetime] | None = UNREAD
+                    ) -> dict[tuple[datetime, str, str], list[Any]]:
     """``{(bucket start, type, status): [how many, the latest finish]}`` of the procedures finished in
     ``[since, until)`` with a final status, in ``seconds``-long buckets.
 
-    The minutes the workers have counted (``FinishedCount``, up to
-    ``counted_until()``) are read from the counts, the rest from the procedures
-    themselves; ``since`` falls on a whole minute. So a day with a million
-    finishes costs its counted minutes, not a million index entries. ``mark``:
-    ``counted_until()``, if already read.
+    The minutes the workers have counted (``FinishedCount``, the span
+    ``counted_span()`` gives) are read from the counts, the others from the
+    procedures themselves; ``since`` falls on a whole minute. So a day with a
+    million finishes costs its counted minutes, not a million index entries.
+    ``counted``: ``counted_span()``, if already read.
     """
-    mark = counted_until() if mark is UNREAD else mark
-    split = since if mark is None else min(max(mark, since), until)
+    counted = counted_span() if counted is UNREAD else counted
     found: dict[tuple[datetime, str, str], list[Any]] = {}
 
     def add(rows: Any) -> None:
@@ -56,14 +56,20 @@ def finished_counts(since: datetime, until: datetime, seconds: int,
             counts[0] += n
             counts[1] = max(counts[1], last)
 
-    if split > since:
-        add(FinishedCount.objects.filter(minute__gte=since, minute__lt=split)
+    def from_rows(start: datetime, end: datetime) -> None:
+        if end > start:
+            add(ProcedureRun.objects.filter(finished_at__gte=start, finished_at__lt=end, status__in=sorted(FINAL))
+                .annotate(bucket=DateBin(seconds, F("finished_at"))).order_by()
+                .values_list("bucket", "type_name", "status").annotate(n=Count("id"), last=Max("finished_at")))
+
+    began, ended = (since, since) if counted is None else (min(max(counted[0], since), until),
+                                                           min(max(counted[1], since), until))
+    from_rows(since, began)
+    if ended > began:
+        add(FinishedCount.objects.filter(minute__gte=began, minute__lt=ended)
             .annotate(bucket=DateBin(seconds, F("minute"))).order_by().values_list("bucket", "type_name", "status")
             .annotate(n=Sum("count"), last=Max("last_finished_at")))
-    if until > split:
-        add(ProcedureRun.objects.filter(finished_at__gte=split, finished_at__lt=until, status__in=sorted(FINAL))
-            .annotate(bucket=DateBin(seconds, F("finished_at"))).order_by().values_list("bucket", "type_name", "status")
-            .annotate(n=Count("id"), last=Max("finished_at")))
+    from_rows(ended, until)
     return found
 
 

@@ -20,7 +20,7 @@ from django_procedures.admin.why import duration
 from django_procedures.models import ProcedureRun, Schedule, Worker
 from django_procedures.policy.status import CLAIMABLE, FINAL, LEASED, RunStatus
 from django_procedures.policy.workers import WorkerState
-from django_procedures.store.activity import counted_until
+from django_procedures.store.activity import counted_span
 from django_procedures.store.claim import unknown_types
 
 WINDOW = timedelta(hours=24)
@@ -114,14 +114,15 @@ THROUGHPUT = (("hour", timedelta(hours=1), 60, 10, "Procedures finished per minu
               ("day", timedelta(hours=24), DAY_BUCKET, 12, "Procedures finished per 15 minutes over the last 24 hours"))
 
 
-def charts_panel(now: datetime, day: FinishedCounts | None = None, mark: datetime | None = UNREAD) -> dict[str, Any]:
+def charts_panel(now: datetime, day: FinishedCounts | None = None,
+                 mark: tuple[datetime, datetime] | None = UNREAD) -> dict[str, Any]:
     """The pictures: finished per minute (hour) and per 15 minutes (day), duration percentiles, queue depth.
 
-    ``day``: the finished counts per 15 minutes from :func:`day_counts`, and ``mark``: ``counted_until()``,
-    if already read.
+    ``day``: the finished counts per 15 minutes from :func:`day_counts`, and ``mark``: the counted span
+    (``counted_span()``), if already read.
     """
     out: dict[str, Any] = {}
-    mark = counted_until() if mark is UNREAD else mark
+    mark = counted_span() if mark is UNREAD else mark
     for name, window, seconds, every, label in THROUGHPUT:
         if name == "day":
             counts = day_counts(now, mark) if day is None else day
@@ -148,14 +149,14 @@ def _end(now: datetime, seconds: int) -> datetime:
     return bucket_start(now, seconds) + timedelta(seconds=seconds)
 
 
-def day_counts(now: datetime, mark: datetime | None) -> FinishedCounts:
+def day_counts(now: datetime, mark: tuple[datetime, datetime] | None) -> FinishedCounts:
     """What finished since :func:`window_since`, per 15 minutes (the day chart's buckets), type and status;
-    ``mark``: how far the workers have counted (``counted_until()``)."""
+    ``mark``: what the workers have counted (``counted_span()``)."""
     return finished_counts(window_since(now), _end(now, DAY_BUCKET), DAY_BUCKET, mark)
 
 
 def dashboard_context(now: datetime) -> dict[str, Any]:
-    since, mark = window_since(now), counted_until()
+    since, mark = window_since(now), counted_span()
     day = day_counts(now, mark)
     lag = queue_lag(now)
     oldest = min((row["oldest"] for row in lag), default=None)

@@ -14,6 +14,7 @@ class Migration(migrations.Migration):
             name='Rollup',
             fields=[
                 ('name', models.CharField(max_length=50, primary_key=True, serialize=False)),
+                ('began', models.DateTimeField()),
                 ('until', models.DateTimeField()),
             ],
             options={

@@ -3,8 +3,8 @@
 The dashboard's last 24 hours read these counts instead of counting the
 window's rows at every view (a million index entries on a busy day). A
 worker's maintenance adds each minute once, a minute after it ends
-(``django_procedures.store.activity``); ``Rollup.until`` says how far it has
-got, and the dashboard counts the rows finished since then itself.
+(``django_procedures.store.activity``); ``Rollup`` says which minutes are
+counted, and the dashboard counts the rows of the other minutes itself.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ class FinishedCount(StoreWritten):
 
 
 class Rollup(StoreWritten):
-    """How far a rollup has counted: every minute before ``until`` is in its table (one row per rollup)."""
+    """What a rollup has counted: every minute from ``began`` to ``until`` is in its table (one row per rollup)."""
 
     name = models.CharField(max_length=50, primary_key=True)
+    began = models.DateTimeField()
     until = models.DateTimeField()
 
     objects = ReadOnlyQuerySet.as_manager()

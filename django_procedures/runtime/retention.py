@@ -96,16 +96,7 @@ def prune_pass() -> float | None:
                         pruned.leases)
 
 
-def count_finished() -> float | None:
-    """Count the procedures of the minutes that have settled since the last count (``store.activity.roll_up``).
-
-    While more minutes wait (a first count, or one after the workers were
-    away, goes an hour at a time) returns the seconds until the next call:
-    nine times as long as this one took and at least ``BEHIND_SECONDS``, so
-    catching up takes at most a tenth of the main thread's time, as pruning
-    does. Else None: the chore's interval, ``COUNT_SECONDS``.
-    """
-    started = monotonic()
-    if not activity.roll_up(clock.now()):
-        return None
-    return max(BEHIND_SECONDS, (monotonic() - started) * (1 - BUSY_SHARE) / BUSY_SHARE)
+def count_finished() -> None:
+    """Count the procedures of the minutes that have settled since the last count (``store.activity.roll_up``):
+    at most ``CATCH_UP`` of them, so the main thread is never kept long; runs every ``COUNT_SECONDS``."""
+    activity.roll_up(clock.now())

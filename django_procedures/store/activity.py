@@ -2,10 +2,14 @@
 
 A worker's maintenance calls :func:`roll_up` about once a minute. Each call
 counts the whole minutes after ``Rollup.until`` that ended at least ``SETTLE``
-ago (at most ``SPAN`` of them) from ``procedures_finished_idx``, writes them,
-and moves ``until`` past them, in one transaction. The mark's row lock makes it
-one worker of a fleet at a time; the others skip, not wait. A minute written
-again (a mark lost or set back) is counted afresh and replaces its old counts.
+ago from ``procedures_finished_idx``, writes them and moves ``until`` past
+them, in one transaction; the mark's row lock makes it one worker of a fleet at
+a time, the others skip rather than wait. Counting begins at the first call
+(``Rollup.began``), and after the workers were away for more than
+``CATCH_UP`` it begins again: it never reads a long stretch of history on a
+worker's main thread. The dashboard counts the minutes outside
+``[began, until)`` from the procedures themselves. A minute counted again
+replaces its counts.
 
 A finish is written moments after the time it records, so a minute is settled
 well before ``SETTLE`` has passed; a procedure whose finish is written later
@@ -27,10 +31,8 @@ from django_procedures.policy.status import FINAL
 FINISHED = "finished"
 #: A minute is counted this long after it ends.
 SETTLE = timedelta(seconds=60)
-#: Where the first count starts: the dashboard's window, and a little more.
-START = timedelta(hours=25)
-#: Most one call counts: a worker catching up on a day does it an hour at a time, a moment apart.
-SPAN = timedelta(hours=1)
+#: Most one call counts: further behind, counting begins again at the last settled minute.
+CATCH_UP = timedelta(minutes=10)
 #: Counts older than this are deleted (the dashboard reads the last 24 hours).
 KEEP = timedelta(days=2)
 MINUTE = 60
@@ -62,34 +64,43 @@ def whole_minute(moment: datetime) -> datetime:
     return moment.replace(second=0, microsecond=0)
 
 
-def counted_until() -> datetime | None:
-    """Every finish before this time is in ``FinishedCount``; None until the first count."""
-    return Rollup.objects.filter(name=FINISHED).values_list("until", flat=True).first()
+def counted_span() -> tuple[datetime, datetime] | None:
+    """``(began, until)``: every finish in between is in ``FinishedCount``; None before the first count."""
+    return Rollup.objects.filter(name=FINISHED).values_list("began", "until").first()
 
 
-def roll_up(now: datetime) -> bool | None:
-    """Count the settled minutes not counted yet (at most ``SPAN``) and delete counts older than ``KEEP``.
+def begin_counting(at: datetime) -> None:
+    """Count from the minute of ``at`` on (a benchmark's seed begins a day back), if counting has not begun."""
+    minute = whole_minute(at)
+    Rollup._writer.bulk_create([Rollup(name=FINISHED, began=minute, until=minute)], ignore_conflicts=True)
 
-    Returns True if settled minutes remain (call again soon), False if it is
-    up to date, None if another worker is counting now.
+
+def roll_up(now: datetime, catch_up: timedelta = CATCH_UP) -> bool | None:
+    """Count the settled minutes not counted yet (up to ``catch_up`` of them) and delete counts older than ``KEEP``.
+
+    Returns True if it counted (or began again after a gap), False if nothing
+    had settled since the last call (or counting began with this one), None if
+    another worker is counting now.
     """
     settled = whole_minute(now - SETTLE)
     with transaction.atomic():
-        Rollup._writer.bulk_create([Rollup(name=FINISHED, until=whole_minute(now - START))], ignore_conflicts=True)
+        begin_counting(settled)
         mark = Rollup._writer.select_for_update(skip_locked=True).filter(name=FINISHED).first()
         if mark is None:
             return None
-        start = min(max(mark.until, whole_minute(now - START)), settled)  # nothing older than the dashboard reads
-        end = min(settled, start + SPAN)
-        if end > start:
-            FinishedCount._writer.bulk_create(
-                [FinishedCount(minute=row["minute"], type_name=row["type_name"], status=row["status"],
-                               count=row["n"], last_finished_at=row["last"]) for row in _count(start, end)],
-                update_conflicts=True, unique_fields=["minute", "type_name", "status"],
-                update_fields=["count", "last_finished_at"])
-            Rollup._writer.filter(name=FINISHED).update(until=end)
         FinishedCount._writer.filter(minute__lt=now - KEEP).delete()
-        return end < settled
+        if settled - mark.until > catch_up:  # the workers were away: the gap is read from the rows
+            Rollup._writer.filter(name=FINISHED).update(began=settled, until=settled)
+            return True
+        if settled <= mark.until:
+            return False
+        FinishedCount._writer.bulk_create(
+            [FinishedCount(minute=row["minute"], type_name=row["type_name"], status=row["status"],
+                           count=row["n"], last_finished_at=row["last"]) for row in _count(mark.until, settled)],
+            update_conflicts=True, unique_fields=["minute", "type_name", "status"],
+            update_fields=["count", "last_finished_at"])
+        Rollup._writer.filter(name=FINISHED).update(until=settled)
+        return True
 
 
 def _count(start: datetime, end: datetime) -> Any:

@@ -181,14 +181,3 @@ def test_the_documented_pace_of_the_pass():
     chore = {c.name: c for c in WorkerLoop._chores(loop)}["retention"]
     assert (chore.run, chore.interval, chore.first_run) == (retention.prune_pass, 60.0, True)
 
-
-def test_counting_the_finished_minutes_catches_up_at_a_tenth_of_the_main_thread(monkeypatch):
-    from django_procedures.store import activity
-
-    ticks = iter([1000.0, 1000.5, 2000.0, 2000.01, 3000.0])  # a call of 0.5 s, then one of 0.01 s
-    monkeypatch.setattr(retention, "monotonic", lambda: next(ticks))
-    monkeypatch.setattr(activity, "roll_up", lambda now: True)  # behind: more settled minutes wait
-    assert retention.count_finished() == pytest.approx(4.5)  # nine times as long as it took
-    assert retention.count_finished() == retention.BEHIND_SECONDS  # and at least a second
-    monkeypatch.setattr(activity, "roll_up", lambda now: False)
-    assert retention.count_finished() is None  # up to date: the chore's interval

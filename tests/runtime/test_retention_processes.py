@@ -38,13 +38,14 @@ def test_a_burst_worker_prunes_old_trees_unless_retention_is_off(workers, retent
 
 def test_a_worker_counts_the_minutes_that_finished_for_the_dashboard(workers):
     from django_procedures.models import FinishedCount, Rollup
-    from django_procedures.store.activity import FINISHED, counted_until
+    from django_procedures.store.activity import FINISHED, counted_span
 
     at = clock.now() - timedelta(minutes=10)
-    Rollup._writer.create(name=FINISHED, until=at.replace(second=0, microsecond=0) - timedelta(minutes=20))
+    begun = at.replace(second=0, microsecond=0)  # nine minutes behind: within CATCH_UP
+    Rollup._writer.create(name=FINISHED, began=begun, until=begun)
     for status in ("done", "done", "failed"):
         ProcedureRun._writer.create(type_name="x", status=status, run_at=at, finished_at=at)
     worker = workers.start("--burst")
     assert worker.wait(60) == 0
     assert {c.status: c.count for c in FinishedCount.objects.filter(type_name="x")} == {"done": 2, "failed": 1}
-    assert counted_until() > at
+    assert counted_span()[1] > at

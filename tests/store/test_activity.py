@@ -1,4 +1,4 @@
-"""The finished counts the workers keep per minute, and the dashboard reading them beside the rows not counted yet."""
+"""The finished counts the workers keep per minute, and the dashboard reading them beside the rows not counted."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.db import connection, connections, transaction
 from django_procedures.admin.activity import finished_per_bucket
 from django_procedures.admin.dashboard import dashboard_context
 from django_procedures.models import FinishedCount, ProcedureRun, Rollup
-from django_procedures.store.activity import FINISHED, KEEP, SPAN, counted_until, roll_up
+from django_procedures.store.activity import FINISHED, KEEP, begin_counting, counted_span, roll_up
 from testproject.testapp.procedures import Refuses, ThreeSteps
 
 NOW = datetime(2026, 12, 1, 10, 30, 20, tzinfo=UTC)
@@ -24,54 +24,75 @@ def finished(kind, status, at):
     return handle
 
 
-def count_all(now: datetime) -> None:
-    """Count every settled minute, as a worker does a moment apart while behind."""
-    while roll_up(now):
-        pass
-
-
 def counts() -> dict[tuple[datetime, str, str], int]:
     return {(c.minute, c.type_name, c.status): c.count for c in FinishedCount.objects.all()}
 
 
 @pytest.mark.django_db
 def test_settled_minutes_are_counted_once_by_type_and_status():
-    minute = datetime(2026, 12, 1, 10, 20, tzinfo=UTC)
+    minute = datetime(2026, 12, 1, 10, 24, tzinfo=UTC)
+    begin_counting(minute)
     finished(ThreeSteps, "done", minute + timedelta(seconds=5))
     finished(ThreeSteps, "done", minute + timedelta(seconds=50))
     last_failure = finished(Refuses, "failed", minute + timedelta(seconds=30))
+    finished(ThreeSteps, "done", minute - timedelta(seconds=30))  # before counting began: never counted
     finished(ThreeSteps, "done", NOW - timedelta(seconds=30))  # in a minute not settled yet
     ThreeSteps.submit({})  # unfinished: never counted
 
-    count_all(NOW)
+    assert roll_up(NOW) is True
     assert counts() == {(minute, ThreeSteps.type_name, "done"): 2, (minute, Refuses.type_name, "failed"): 1}
     failure = FinishedCount.objects.get(status="failed")
     assert failure.last_finished_at == ProcedureRun.objects.get(id=last_failure.id).finished_at
-    assert counted_until() == datetime(2026, 12, 1, 10, 29, tzinfo=UTC)  # up to a minute and more ago
+    assert counted_span() == (minute, datetime(2026, 12, 1, 10, 29, tzinfo=UTC))  # to a minute and more ago
 
     assert roll_up(NOW) is False  # nothing new: nothing counted twice
     assert sum(counts().values()) == 3
-    assert roll_up(NOW + timedelta(minutes=2)) is False  # the recent one has settled now
+    assert roll_up(NOW + timedelta(minutes=2)) is True  # the recent one has settled now
     assert sum(counts().values()) == 4
 
 
 @pytest.mark.django_db
+def test_counting_begins_at_the_first_call_and_never_reads_history():
+    finished(ThreeSteps, "done", NOW - timedelta(hours=3))
+    assert counted_span() is None
+    assert roll_up(NOW) is False  # counting begins: nothing to count yet
+    assert counted_span() == (datetime(2026, 12, 1, 10, 29, tzinfo=UTC),) * 2
+    assert counts() == {}
+
+
+@pytest.mark.django_db
+def test_after_the_workers_were_away_counting_begins_again_and_old_counts_go():
+    begin_counting(NOW - timedelta(hours=3))
+    finished(ThreeSteps, "done", NOW - timedelta(hours=2))
+    FinishedCount._writer.create(minute=NOW - KEEP - timedelta(minutes=5), type_name="x", status="done", count=1,
+                                 last_finished_at=NOW - KEEP)
+    assert roll_up(NOW) is True
+    assert counts() == {}  # the gap is left to the dashboard's reading of the rows; the old count is gone
+    assert counted_span() == (datetime(2026, 12, 1, 10, 29, tzinfo=UTC),) * 2
+    status = dict(dashboard_context(NOW)["status_counts"])
+    assert status["done"] == 1  # read from its row
+
+
+@pytest.mark.django_db
 def test_the_dashboard_reads_the_counted_minutes_and_counts_the_rest_itself():
-    finished(ThreeSteps, "done", NOW - timedelta(minutes=30))
-    count_all(NOW)
+    begin_counting(NOW - timedelta(minutes=9))
+    finished(ThreeSteps, "done", NOW - timedelta(hours=2))  # before counting began: from its row
+    finished(ThreeSteps, "done", NOW - timedelta(minutes=5))
+    roll_up(NOW)
     # Counted minutes are read from the counts, not from the procedures: a count with no rows behind it shows.
-    FinishedCount._writer.create(minute=datetime(2026, 12, 1, 10, 0, tzinfo=UTC), type_name=Refuses.type_name,
-                                 status="failed", count=7, last_finished_at=NOW - timedelta(minutes=30))
-    finished(ThreeSteps, "done", NOW - timedelta(seconds=10))  # after the mark: counted from its row
-    since = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
+    FinishedCount._writer.create(minute=datetime(2026, 12, 1, 10, 25, tzinfo=UTC), type_name=Refuses.type_name,
+                                 status="failed", count=7, last_finished_at=NOW - timedelta(minutes=5))
+    finished(ThreeSteps, "done", NOW - timedelta(seconds=10))  # after the counted minutes: from its row
+    since = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
     assert finished_per_bucket(since, NOW + timedelta(minutes=1), 900) == {
-        datetime(2026, 12, 1, 10, 0, tzinfo=UTC): (1, 7), datetime(2026, 12, 1, 10, 30, tzinfo=UTC): (1, 0)}
+        datetime(2026, 12, 1, 8, 30, tzinfo=UTC): (1, 0), datetime(2026, 12, 1, 10, 15, tzinfo=UTC): (1, 7),
+        datetime(2026, 12, 1, 10, 30, tzinfo=UTC): (1, 0)}
 
     context = dashboard_context(NOW)
     status = dict(context["status_counts"])
-    assert (status["done"], status["failed"]) == (2, 7)
+    assert (status["done"], status["failed"]) == (3, 7)
     assert [(t["type_name"], t["failed"]) for t in context["failing_types"]] == [(Refuses.type_name, 7)]
-    assert (context["charts"]["day"]["done"], context["charts"]["day"]["failed"]) == (2, 7)
+    assert (context["charts"]["day"]["done"], context["charts"]["day"]["failed"]) == (3, 7)
 
 
 @pytest.mark.django_db
@@ -79,47 +100,25 @@ def test_without_counts_the_dashboard_counts_every_row_of_its_window():
     finished(ThreeSteps, "done", NOW - timedelta(hours=3))
     finished(Refuses, "failed", NOW - timedelta(hours=23))
     finished(Refuses, "failed", NOW - timedelta(hours=25))  # before the window
-    assert counted_until() is None
+    assert counted_span() is None
     status = dict(dashboard_context(NOW)["status_counts"])
     assert (status["done"], status["failed"]) == (1, 1)
 
 
 @pytest.mark.django_db
-def test_a_count_far_behind_catches_up_a_span_at_a_time_and_old_counts_go():
-    Rollup._writer.create(name=FINISHED, until=NOW - timedelta(hours=3))
-    finished(ThreeSteps, "done", NOW - timedelta(hours=2, minutes=30))
-    finished(ThreeSteps, "done", NOW - timedelta(minutes=10))
-    FinishedCount._writer.create(minute=NOW - KEEP - timedelta(minutes=5), type_name="x", status="done", count=1,
-                                 last_finished_at=NOW - KEEP)
-
-    assert roll_up(NOW) is True
-    assert counted_until() == NOW - timedelta(hours=3) + SPAN
-    assert sum(counts().values()) == 1  # the old count is gone, the first span counted
-    count_all(NOW)
-    assert sum(counts().values()) == 2
-
-
-@pytest.mark.django_db
 def test_a_minute_counted_again_replaces_its_counts():
-    finished(ThreeSteps, "done", NOW - timedelta(minutes=10))
-    count_all(NOW)
-    Rollup._writer.filter(name=FINISHED).update(until=NOW - timedelta(hours=1))  # the mark set back
-    count_all(NOW)
+    begin_counting(NOW - timedelta(minutes=9))
+    finished(ThreeSteps, "done", NOW - timedelta(minutes=5))
+    roll_up(NOW)
+    Rollup._writer.filter(name=FINISHED).update(until=NOW - timedelta(minutes=9))  # the mark set back
+    roll_up(NOW)
     assert list(counts().values()) == [1]
-
-
-@pytest.mark.django_db
-def test_a_first_count_starts_with_the_dashboard_window_not_the_whole_history():
-    finished(ThreeSteps, "done", NOW - timedelta(days=30))
-    finished(ThreeSteps, "done", NOW - timedelta(hours=20))
-    count_all(NOW)
-    assert sum(counts().values()) == 1
 
 
 @pytest.mark.skipif("connection.vendor != 'postgresql'")
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_skips_the_count_while_another_holds_it():
-    count_all(NOW)
+    roll_up(NOW)
     holding, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -141,6 +140,6 @@ def test_a_worker_skips_the_count_while_another_holds_it():
     finally:
         release.set()
         other.join(30)
-    count_all(NOW + timedelta(minutes=2))
+    assert roll_up(NOW + timedelta(minutes=2)) is True
     assert sum(counts().values()) == 1
     assert connection.vendor == "postgresql"
