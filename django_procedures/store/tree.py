@@ -17,7 +17,7 @@ from django_procedures import clock, signals
 from django_procedures.models import Lease, ProcedureRun
 from django_procedures.policy.status import FINAL, LEASED, LeaseOutcome, RunStatus
 from django_procedures.store import locks
-from django_procedures.store.db import bound_cursor, db_now, is_postgresql, sql_list
+from django_procedures.store.db import bound_cursor, db_now, is_disconnect, is_postgresql, sql_list
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
 
@@ -161,9 +161,10 @@ def _last_one_wakes(parent_id: uuid.UUID, suspension: int) -> None:
 def _wake_after_commit(parent_id: uuid.UUID, suspension: int) -> None:
     try:
         wake_parent(parent_id, suspension)
-    except Exception:  # the worker carries on; the sweep's wake_stranded_parents is the net
-        logger.warning("could not wake parent %s after its last child finished; the sweep will", parent_id,
-                       exc_info=True)
+    except Exception as error:  # the worker carries on; the sweep's wake_stranded_parents is the net
+        # A lost connection is an outage the worker reports once, where it notices it: no traceback here.
+        logger.warning("could not wake parent %s after its last child finished; the sweep will%s", parent_id,
+                       f" ({error})" if is_disconnect(error) else "", exc_info=not is_disconnect(error))
 
 
 def wake_parent(parent_id: uuid.UUID, suspension: int) -> bool:

@@ -280,3 +280,29 @@ def test_long_lock_key_names_are_refused_at_submit():
 
     with pytest.raises(TypeError, match="at most 255 characters"):
         KeyHolder.submit({"keys": [["k" * 300, "exclusive"]]})
+
+
+@pytest.mark.postgres
+def test_a_parent_not_woken_for_a_lost_connection_is_logged_without_a_traceback(monkeypatch, caplog):
+    """A lost connection is an outage the worker reports where it notices it; another error keeps its traceback."""
+    import logging
+    import uuid as uuid_module
+
+    from django.db import OperationalError
+
+    from django_procedures.store import tree
+
+    def gone(parent_id, suspension):
+        raise OperationalError("consuming input failed: server closed the connection unexpectedly")
+
+    def broken(parent_id, suspension):
+        raise ValueError("a bug")
+
+    with caplog.at_level(logging.WARNING, logger="django_procedures"):
+        monkeypatch.setattr(tree, "wake_parent", gone)
+        tree._wake_after_commit(uuid_module.uuid4(), 1)
+        monkeypatch.setattr(tree, "wake_parent", broken)
+        tree._wake_after_commit(uuid_module.uuid4(), 1)
+    lost, bug = [r for r in caplog.records if "could not wake parent" in r.getMessage()]
+    assert not lost.exc_info and "server closed the connection" in lost.getMessage()
+    assert bug.exc_info
