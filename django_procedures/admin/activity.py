@@ -20,8 +20,8 @@ from django.db import connection
 from django.db.models import Count, F, Max, Q, Sum
 
 from django_procedures.models import FinishedCount, ProcedureRun
-from django_procedures.policy.status import CLAIMABLE, FINAL, LEASED, RunStatus
-from django_procedures.store.activity import DateBin, counted_span
+from django_procedures.policy.status import CLAIMABLE, LEASED, RunStatus
+from django_procedures.store.activity import DateBin, counted_span, finished_rows
 
 __all__ = ["DEPTH_PARTS", "DateBin", "duration_percentiles", "finished_counts", "finished_per_bucket", "per_bucket",
            "percentile", "queue_depth"]
@@ -56,20 +56,16 @@ def finished_counts(since: datetime, until: datetime, seconds: int,
             counts[0] += n
             counts[1] = max(counts[1], last)
 
-    def from_rows(start: datetime, end: datetime) -> None:
-        if end > start:
-            add(ProcedureRun.objects.filter(finished_at__gte=start, finished_at__lt=end, status__in=sorted(FINAL))
-                .annotate(bucket=DateBin(seconds, F("finished_at"))).order_by()
-                .values_list("bucket", "type_name", "status").annotate(n=Count("id"), last=Max("finished_at")))
-
     began, ended = (since, since) if counted is None else (min(max(counted[0], since), until),
                                                            min(max(counted[1], since), until))
-    from_rows(since, began)
+    if began > since:
+        add(finished_rows(since, began, seconds))
     if ended > began:
         add(FinishedCount.objects.filter(minute__gte=began, minute__lt=ended)
             .annotate(bucket=DateBin(seconds, F("minute"))).order_by().values_list("bucket", "type_name", "status")
             .annotate(n=Sum("count"), last=Max("last_finished_at")))
-    from_rows(ended, until)
+    if until > ended:
+        add(finished_rows(ended, until, seconds))
     return found
 
 

@@ -95,15 +95,17 @@ def roll_up(now: datetime, catch_up: timedelta = CATCH_UP) -> bool | None:
         if settled <= mark.until:
             return False
         FinishedCount._writer.bulk_create(
-            [FinishedCount(minute=row["minute"], type_name=row["type_name"], status=row["status"],
-                           count=row["n"], last_finished_at=row["last"]) for row in _count(mark.until, settled)],
+            [FinishedCount(minute=minute, type_name=type_name, status=status, count=n, last_finished_at=last)
+             for minute, type_name, status, n, last in finished_rows(mark.until, settled, MINUTE)],
             update_conflicts=True, unique_fields=["minute", "type_name", "status"],
             update_fields=["count", "last_finished_at"])
         Rollup._writer.filter(name=FINISHED).update(until=settled)
         return True
 
 
-def _count(start: datetime, end: datetime) -> Any:
+def finished_rows(start: datetime, end: datetime, seconds: int) -> Any:
+    """``(bucket start, type, status, how many, the latest finish)`` of the procedures finished in ``[start, end)``
+    with a final status, in ``seconds``-long buckets, counted from the rows (``procedures_finished_idx``)."""
     return (ProcedureRun.objects.filter(finished_at__gte=start, finished_at__lt=end, status__in=sorted(FINAL))
-            .annotate(minute=DateBin(MINUTE, F("finished_at"))).order_by()
-            .values("minute", "type_name", "status").annotate(n=Count("id"), last=Max("finished_at")))
+            .annotate(bucket=DateBin(seconds, F("finished_at"))).order_by()
+            .values_list("bucket", "type_name", "status").annotate(n=Count("id"), last=Max("finished_at")))

@@ -163,8 +163,9 @@ def _wake_after_commit(parent_id: uuid.UUID, suspension: int) -> None:
         wake_parent(parent_id, suspension)
     except Exception as error:  # the worker carries on; the sweep's wake_stranded_parents is the net
         # A lost connection is an outage the worker reports once, where it notices it: no traceback here.
+        lost = is_disconnect(error)
         logger.warning("could not wake parent %s after its last child finished; the sweep will%s", parent_id,
-                       f" ({error})" if is_disconnect(error) else "", exc_info=not is_disconnect(error))
+                       f" ({error})" if lost else "", exc_info=not lost)
 
 
 def wake_parent(parent_id: uuid.UUID, suspension: int) -> bool:

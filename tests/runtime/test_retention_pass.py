@@ -180,4 +180,3 @@ def test_the_documented_pace_of_the_pass():
     loop = SimpleNamespace(config=config, _log_stats=lambda *args: None)
     chore = {c.name: c for c in WorkerLoop._chores(loop)}["retention"]
     assert (chore.run, chore.interval, chore.first_run) == (retention.prune_pass, 60.0, True)
-

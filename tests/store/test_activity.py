@@ -115,6 +115,20 @@ def test_a_minute_counted_again_replaces_its_counts():
     assert list(counts().values()) == [1]
 
 
+@pytest.mark.django_db
+def test_counts_record_each_finish_as_it_was_and_a_finish_written_late_is_not_counted():
+    """As docs/operators-guide.md says: a failure retried by hand and done later counts once as each; a finish
+    whose time falls in a minute already counted (a clock frozen in the past) is left out."""
+    begin_counting(NOW - timedelta(minutes=9))
+    failure = finished(Refuses, "failed", NOW - timedelta(minutes=8))
+    roll_up(NOW)
+    ProcedureRun._writer.filter(id=failure.id).update(status="done", finished_at=NOW + timedelta(seconds=5))
+    finished(ThreeSteps, "done", NOW - timedelta(minutes=7))  # written now, in a minute counted already
+    roll_up(NOW + timedelta(minutes=2))
+    assert {(t, s): n for (_, t, s), n in counts().items()} == {(Refuses.type_name, "failed"): 1,
+                                                               (Refuses.type_name, "done"): 1}
+
+
 @pytest.mark.skipif("connection.vendor != 'postgresql'")
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_skips_the_count_while_another_holds_it():
