@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 from typing import Any
 
@@ -11,6 +10,7 @@ from django.db.models import Q
 from model_utils.fields import AutoCreatedField
 
 from django_procedures.models.readonly import ReadOnlyQuerySet, StoreWritten, WriterQuerySet
+from django_procedures.policy.ids import new_id
 from django_procedures.policy.state import StateEncoder
 from django_procedures.policy.status import CLAIMABLE, FINAL, LEASED, UNSUCCESSFUL, RunStatus
 
@@ -43,7 +43,7 @@ class _WritableRunQuerySet(_RunQueries, WriterQuerySet):
 class ProcedureRun(StoreWritten):
     """A procedure: its type, state, position, lease and outcome."""
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)  # time-ordered: policy/ids.py
     type_name = models.CharField(max_length=255)
     state = models.JSONField(default=dict, encoder=StateEncoder)
     status = models.CharField(max_length=20, choices=STATUS_CHOICES, default=RunStatus.READY)

@@ -18,6 +18,7 @@ from django_procedures.conf import conf
 from django_procedures.exceptions import KeyConflict
 from django_procedures.models import ProcedureRun
 from django_procedures.policy import options
+from django_procedures.policy.ids import new_id
 from django_procedures.policy.state import check_state, dumps, find_problem
 from django_procedures.store.db import is_postgresql
 from django_procedures.store.events import send_after_commit
@@ -102,7 +103,7 @@ def build_row(cls: type[Procedure], state: Mapping[str, Any] | None, *, key: str
     plain = dict(state or {})
     check_state(plain, where)
     values = dict(
-        id=uuid.uuid4(), type_name=cls.type_name, state=plain, step_name=cls.steps[0].name,
+        id=new_id(), type_name=cls.type_name, state=plain, step_name=cls.steps[0].name,
         queue=queue if queue is not None else cls.queue or conf.DEFAULT_QUEUE,
         priority=cls.priority if priority is None else priority,
         key=key, run_at=resolve_run_at(run_after, now), created_at=now, lock_keys=lock_keys_of(cls, plain),

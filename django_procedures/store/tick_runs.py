@@ -28,6 +28,7 @@ from django_procedures import registry, signals
 from django_procedures.conf import conf
 from django_procedures.exceptions import UnknownProcedureType
 from django_procedures.models import ProcedureRun, Schedule
+from django_procedures.policy.ids import new_id
 from django_procedures.policy.schedule import TickDecision
 from django_procedures.store.db import is_postgresql
 from django_procedures.store.events import send_after_commit
@@ -118,8 +119,8 @@ def insert_runs(wanted: Sequence[Wanted], now: datetime) -> Counter[int]:
         return Counter()
     if not is_postgresql():
         return _insert_rows(wanted, now)
-    records = [{"s": w.schedule.id, "t": tick_at.isoformat(), "n": w.step_name, "q": w.queue, "p": w.priority,
-                "k": w.lock_keys} for w in wanted for tick_at in w.ticks]
+    records = [{"i": str(new_id()), "s": w.schedule.id, "t": tick_at.isoformat(), "n": w.step_name, "q": w.queue,
+                "p": w.priority, "k": w.lock_keys} for w in wanted for tick_at in w.ticks]
     sql, constants = _statement()
     with connection.cursor() as cursor:
         cursor.execute(sql, {**constants, "now": now, "records": json.dumps(records)})  # no floats: plain JSON
@@ -150,8 +151,9 @@ def _insert_rows(wanted: Sequence[Wanted], now: datetime) -> Counter[int]:
 
 
 #: Columns each run takes from its JSON record: (name in the record, its type in ``jsonb_to_recordset``).
-_FROM_RECORD = {"schedule_id": ("s", "bigint"), "tick_at": ("t", "timestamptz"), "step_name": ("n", "text"),
-                "queue": ("q", "text"), "priority": ("p", "integer"), "lock_keys": ("k", "jsonb")}
+_FROM_RECORD = {"id": ("i", "uuid"), "schedule_id": ("s", "bigint"), "tick_at": ("t", "timestamptz"),
+                "step_name": ("n", "text"), "queue": ("q", "text"), "priority": ("p", "integer"),
+                "lock_keys": ("k", "jsonb")}
 
 
 @functools.cache
@@ -163,9 +165,7 @@ def _statement() -> tuple[str, dict[str, Any]]:
         columns.append(quote(f.column))
         db_type = f.db_type(connection) or "text"
         cast = "text" if db_type.startswith("varchar") else db_type
-        if f.primary_key:
-            values.append("gen_random_uuid()")
-        elif f.column in ("type_name", "state"):  # the schedule's procedure and state
+        if f.column in ("type_name", "state"):  # the schedule's procedure and state
             source = Schedule._meta.get_field("procedure" if f.column == "type_name" else "state")
             assert isinstance(source, models.Field)  # a concrete column, not a relation
             values.append(f"s.{quote(source.column)}")
