@@ -33,6 +33,7 @@ from django_procedures.admin.schedule_confirm import DELETE, PAUSE, RESUME, TRIG
 from django_procedures.admin.why import first_line, timestamp
 from django_procedures.exceptions import UnknownProcedureType
 from django_procedures.models import ProcedureRun, Schedule
+from django_procedures.policy.ids import short_id
 from django_procedures.store import operations
 from django_procedures.store import schedules as store
 
@@ -279,7 +280,7 @@ class ScheduleAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.Mo
         rows = format_html_join("", '<tr><td><span class="proc-badge proc-{}">{}</span></td><td><a href="{}">{}</a>'
                                 '</td><td>{}</td><td>{}</td><td class="proc-error">{}</td></tr>', (
             (r.status, r.get_status_display(),
-             reverse(f"{self.admin_site.name}:django_procedures_procedurerun_change", args=[r.pk]), str(r.id)[:8],
+             reverse(f"{self.admin_site.name}:django_procedures_procedurerun_change", args=[r.pk]), short_id(r.id),
              moment(r.tick_at), display.run_duration(r.started_at, r.finished_at, now),
              first_line(r.error, 80)) for r in runs))
         return format_html('<table id="sched-runs"><thead><tr><th>{}</th><th>{}</th><th>{}</th><th>{}</th><th>{}</th>'

@@ -22,6 +22,7 @@ from django_procedures.admin.reads import Node, Tree
 from django_procedures.admin.timeline_layout import ATTEMPT_KINDS, Attempt, Lane, Member, lay_out, ticks
 from django_procedures.admin.why import duration
 from django_procedures.models import ProcedureRun, Step
+from django_procedures.policy.ids import short_id
 
 #: Most members drawn; the rest are counted and linked to the list.
 LANE_LIMIT = 60
@@ -87,7 +88,7 @@ def member_of(node: Node, attempts: list[Attempt], current_id: Any) -> Member:
     if row.status in ("running", "rolling_back") and row.step_started_at is not None:
         name = "rollback" if row.in_rollback else row.step_name
         attempts.append(Attempt(row.step, name, row.attempt, "running", row.step_started_at, None))
-    return Member(key=str(row.id), label=f"{row.type_name} {str(row.id)[:8]}", depth=row.depth, status=row.status,
+    return Member(key=str(row.id), label=f"{row.type_name} {short_id(row.id)}", depth=row.depth, status=row.status,
                   created_at=row.created_at, attempts=tuple(attempts), has_children=bool(node.children),
                   finished_at=row.finished_at, current=row.id == current_id)
 

@@ -27,3 +27,13 @@ def new_id() -> uuid.UUID:
     rand = int.from_bytes(os.urandom(10), "big")
     return uuid.UUID(int=millis << 80 | 0x7 << 76 | (rand >> 62 & _RAND_A) << 64 | 0b10 << 62 | rand & _RAND_B)
 
+
+
+#: Hex digits of an id the admin shows where a whole id would not fit.
+SHORT = 8
+
+
+def short_id(value: uuid.UUID | str) -> str:
+    """The last ``SHORT`` hex digits of an id: random in a version-7 id (and in the version-4 ids of procedures made
+    before them), where its first digits are the time, alike for every procedure made in the same minute."""
+    return str(value)[-SHORT:]

@@ -10,6 +10,7 @@ from django.contrib.admin.templatetags.base import InclusionAdminNode
 
 from django_procedures.admin.changelist import date_hierarchy
 from django_procedures.models.procedure_run import STATUS_CHOICES
+from django_procedures.policy import ids
 
 register = template.Library()
 
@@ -32,3 +33,9 @@ _LABELS = dict(STATUS_CHOICES)
 def status_label(status: str) -> str:
     """A status as the filters and the procedure page name it: ``rolling_back`` reads ``rolling back``."""
     return str(_LABELS.get(status, status))
+
+
+@register.filter
+def short_id(value: Any) -> str:
+    """``{{ run.id|short_id }}``: the random end of an id (``policy.ids.short_id``)."""
+    return ids.short_id(value)

@@ -22,7 +22,7 @@ def test_the_error_names_the_failed_child_not_a_step_that_never_ran(operator_cli
     html = operator_client.get(page_url(parent.id)).content.decode()
     heading = re.search(r'<div class="proc-section" id="proc-error"><h2>(.*?)</h2>', html, re.S).group(1)
     assert "in step report" not in heading
-    assert f"child {Leaf.type_name} {str(child.id)[:8]} failed" in heading
+    assert f"child {Leaf.type_name} {str(child.id)[-8:]} failed" in heading
     assert page_url(child.id) in heading
     warning = re.search(r'<p class="proc-error" id="proc-retry-warning">(.*?)</p>', html, re.S).group(1)
     assert "fails it again at once unless the child is retried first" in warning and page_url(child.id) in warning
