@@ -28,7 +28,6 @@ def new_id() -> uuid.UUID:
     return uuid.UUID(int=millis << 80 | 0x7 << 76 | (rand >> 62 & _RAND_A) << 64 | 0b10 << 62 | rand & _RAND_B)
 
 
-
 #: Hex digits of an id the admin shows where a whole id would not fit.
 SHORT = 8
 
