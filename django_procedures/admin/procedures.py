@@ -34,7 +34,7 @@ from django_procedures.admin.reads import ROW_FIELDS, step_total
 from django_procedures.admin.redaction import NoJsonLookups
 from django_procedures.admin.why import first_line
 from django_procedures.models import ProcedureRun
-from django_procedures.policy.ids import short_id
+from django_procedures.policy import ids
 from django_procedures.policy.status import FINAL, RunStatus
 
 TEMPLATES = "admin/django_procedures/procedurerun"
@@ -121,7 +121,7 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
 
     @admin.display(description=_("id"))
     def short_id(self, run: ProcedureRun) -> str:
-        return short_id(run.id)
+        return ids.short_id(run.id)
 
     @admin.display(description=_("status"))
     def status_badge(self, run: ProcedureRun) -> str:

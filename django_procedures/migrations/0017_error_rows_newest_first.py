@@ -5,36 +5,15 @@ did), so a search for common words read every match through the trigram index to
 (1.1 s beside ten million procedures). With this index the list walks the rows with an error newest
 first and stops when its page is full. Partial, as the trigram index: only rows with an error.
 
-Built ``CONCURRENTLY`` on PostgreSQL, so workers keep writing while it is built (outside a
-transaction: the migration is not atomic); a plain ``CREATE INDEX`` elsewhere.
+Built ``CONCURRENTLY`` on PostgreSQL (``_concurrently.py``); the migration is not atomic.
 """
 
 from django.db import migrations, models
 
+from django_procedures.migrations._concurrently import add_index_concurrently
+
 INDEX = models.Index(condition=~models.Q(status="done") & ~models.Q(error=""), fields=["created_at", "id"],
                      name="procedures_error_created_idx")
-
-
-def _concurrently(schema_editor) -> bool:
-    connection = schema_editor.connection
-    return connection.vendor == "postgresql" and not connection.in_atomic_block
-
-
-def add(apps, schema_editor) -> None:
-    model = apps.get_model("django_procedures", "ProcedureRun")
-    if _concurrently(schema_editor):
-        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {INDEX.name}")  # left invalid by an interrupted run
-        schema_editor.add_index(model, INDEX, concurrently=True)
-    else:
-        schema_editor.add_index(model, INDEX)
-
-
-def remove(apps, schema_editor) -> None:
-    model = apps.get_model("django_procedures", "ProcedureRun")
-    if _concurrently(schema_editor):
-        schema_editor.remove_index(model, INDEX, concurrently=True)
-    else:
-        schema_editor.remove_index(model, INDEX)
 
 
 class Migration(migrations.Migration):
@@ -45,9 +24,4 @@ class Migration(migrations.Migration):
         ('django_procedures', '0016_activity_rollup'),
     ]
 
-    operations = [
-        migrations.SeparateDatabaseAndState(
-            state_operations=[migrations.AddIndex(model_name="procedurerun", index=INDEX)],
-            database_operations=[migrations.RunPython(add, remove)],
-        ),
-    ]
+    operations = [add_index_concurrently("procedurerun", INDEX)]

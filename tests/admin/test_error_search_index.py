@@ -7,11 +7,12 @@ import importlib
 
 import pytest
 from django.contrib.admin.sites import site
-from django.db import connection, transaction
+from django.db import connection
 from django.test import RequestFactory
 from django.utils import timezone
 
 from django_procedures.models import ProcedureRun
+from tests.plans import plan_of
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -33,11 +34,7 @@ def _index_exists() -> bool:
 def _search_plan(term: str) -> str:
     admin = site._registry[ProcedureRun]
     queryset, _ = admin.get_search_results(RequestFactory().get("/"), ProcedureRun.objects.all(), term)
-    sql, params = queryset.order_by("-created_at", "-id")[:50].query.sql_with_params()
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_seqscan = off")  # a table this small would be read whole anyway
-        cursor.execute("EXPLAIN " + sql, params)
-        return "\n".join(row[0] for row in cursor.fetchall())
+    return plan_of(queryset.order_by("-created_at", "-id")[:50], "seqscan")
 
 
 def _needs_trgm() -> None:

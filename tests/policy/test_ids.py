@@ -30,7 +30,6 @@ def test_ids_of_one_millisecond_differ_in_their_random_bits():
 
 def test_the_short_form_the_admin_shows_is_the_random_end_so_ids_of_one_minute_differ_in_it():
     ids = [new_id() for _ in range(1_000)]
-    assert len({str(i)[:8] for i in ids}) == 1 or time.time_ns() // 1_000_000 % 65_536 < 50  # the time: alike
     assert len({short_id(i) for i in ids}) == len(ids)
     assert short_id(ids[0]) == str(ids[0])[-8:] == short_id(str(ids[0]))
     older = uuid.uuid4()  # procedures made before version-7 ids: their end is random too
