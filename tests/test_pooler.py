@@ -4,6 +4,8 @@ The same behaviour with real worker processes behind a real PgBouncer is in
 tests/runtime/test_pgbouncer_processes.py.
 """
 
+import threading
+
 import pytest
 from django.db import connection, connections, transaction
 from django.test import override_settings
@@ -91,7 +93,11 @@ def test_handle_wait_does_not_listen_through_the_pooler(settings):
 
 
 def _idle_timeout() -> str:
-    with connection.cursor() as cursor:
+    return _idle_timeout_of(connection)
+
+
+def _idle_timeout_of(wrapper) -> str:
+    with wrapper.cursor() as cursor:
         cursor.execute("SHOW idle_in_transaction_session_timeout")
         return cursor.fetchone()[0]
 
@@ -102,7 +108,7 @@ def test_behind_the_pooler_the_idle_timeout_is_set_per_transaction_not_per_sessi
     connection.close()
     settings.PROCEDURES = POOLED
     try:
-        configure_connection(connection=connection, idle_timeout=90.0)
+        configure_connection(connection=connection, idle_timeout=90.0, own_idle_timeout=90.0)
         assert _idle_timeout() == "0"  # nothing for the session: the pooler's next client would inherit it
         with transaction.atomic():
             set_transaction_timeout(connection)
@@ -117,13 +123,34 @@ def test_behind_the_pooler_the_idle_timeout_is_set_per_transaction_not_per_sessi
 def test_a_direct_connection_keeps_the_idle_timeout_for_its_session():
     connection.close()
     try:
-        configure_connection(connection=connection, idle_timeout=90.0)
+        configure_connection(connection=connection, idle_timeout=90.0, own_idle_timeout=90.0)
         assert _idle_timeout() == "90s"
         with transaction.atomic():
             set_transaction_timeout(connection)  # nothing to do
         assert _idle_timeout() == "90s"
     finally:
         connection.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_only_the_connections_that_run_steps_wait_the_long_idle_timeout():
+    seen = {}
+
+    def read() -> None:
+        from django.db import connection as own  # this thread's
+
+        try:
+            configure_connection(connection=own, idle_timeout=600.0, own_idle_timeout=4.0)
+            seen[threading.current_thread().name] = _idle_timeout_of(own)
+        finally:
+            own.close()
+
+    for name in ("procedures-exec-0", "procedures-heartbeat", "MainThread-of-no-worker"):
+        thread = threading.Thread(target=read, name=name)
+        thread.start()
+        thread.join()
+    assert seen == {"procedures-exec-0": "10min", "procedures-heartbeat": "4s", "MainThread-of-no-worker": "4s"}
 
 
 @pytest.mark.postgres

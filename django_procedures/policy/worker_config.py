@@ -176,7 +176,7 @@ class WorkerConfig:
     lease_seconds: float
     #: The heartbeat's: RENEWAL_TIMEOUT_SECONDS (else two thirds of the lease), never more than two thirds.
     renewal_timeout: float
-    #: PostgreSQL's idle_in_transaction_session_timeout on the worker's connections.
+    #: PostgreSQL's idle_in_transaction_session_timeout on the connections that run steps.
     idle_in_transaction_timeout: float
     shutdown_timeout: float
     worker_id: str
@@ -188,6 +188,17 @@ class WorkerConfig:
     sweep_seconds: float
     stats_seconds: float
     tick_seconds: float
+
+    @property
+    def own_idle_timeout(self) -> float:
+        """The idle timeout of the worker's own connections (main thread, heartbeat), which run no steps.
+
+        Their transactions are short, so they need no more than twice the
+        lease, whatever a slow step needs: a worker frozen before such a
+        transaction's ``COMMIT`` (a sweep that took a procedure back, a claim)
+        holds its rows, which every other worker's sweep and claim skip.
+        """
+        return min(self.idle_in_transaction_timeout, 2 * self.lease_seconds)
 
     @classmethod
     def resolve(

@@ -8,8 +8,14 @@ from typing import Any
 from django_procedures.store.listening import transaction_pooled
 
 
-def configure_connection(sender: Any = None, *, connection: Any, idle_timeout: float, **kwargs: Any) -> None:
+def configure_connection(sender: Any = None, *, connection: Any, idle_timeout: float, own_idle_timeout: float,
+                         **kwargs: Any) -> None:
     """Worker connections cut a transaction left idle too long, so a frozen worker cannot hold rows for ever.
+
+    An executor thread's connection, which runs steps, waits ``idle_timeout``
+    (``IDLE_IN_TRANSACTION_TIMEOUT_SECONDS``); the others (main thread,
+    heartbeat), which run only the worker's own short transactions,
+    ``own_idle_timeout``.
 
     They are also kept open: Django's default ``CONN_MAX_AGE = 0`` means "one
     connection per request", and a worker has no requests, so its main loop
@@ -21,7 +27,8 @@ def configure_connection(sender: Any = None, *, connection: Any, idle_timeout: f
         connection.close_at = None
     if connection.vendor != "postgresql":
         return
-    timeout_ms = int(idle_timeout * 1000)
+    runs_steps = _thread_role().startswith("exec-")
+    timeout_ms = int((idle_timeout if runs_steps else own_idle_timeout) * 1000)
     if transaction_pooled():
         # A session SET would stay on whichever server connection ran it, and cut the transactions of the
         # pooler's next client of that connection (a web request, say); each step transaction sets it instead.

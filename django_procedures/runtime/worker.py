@@ -104,7 +104,8 @@ class Worker:
     # -- lifecycle ------------------------------------------------------------------------
 
     def run(self) -> int:
-        configure = functools.partial(configure_connection, idle_timeout=self.config.idle_in_transaction_timeout)
+        configure = functools.partial(configure_connection, idle_timeout=self.config.idle_in_transaction_timeout,
+                                      own_idle_timeout=self.config.own_idle_timeout)
         connection_created.connect(configure, weak=False, dispatch_uid=f"procedures-worker-{self.id}")
         name = functools.partial(name_connection, worker_id=self.id)
         connection_created.connect(name, weak=False, dispatch_uid=f"procedures-worker-name-{self.id}")

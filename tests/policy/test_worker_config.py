@@ -33,6 +33,13 @@ def test_the_command_line_wins_and_the_derived_timeouts_follow_its_lease():
     assert config.poll_seconds == 0.25
 
 
+def test_the_workers_own_connections_wait_twice_the_lease_at_most_whatever_a_step_may():
+    assert resolve().own_idle_timeout == 60
+    assert resolve({"IDLE_IN_TRANSACTION_TIMEOUT_SECONDS": 600}).own_idle_timeout == 60
+    assert resolve({"IDLE_IN_TRANSACTION_TIMEOUT_SECONDS": 45}).own_idle_timeout == 45
+    assert resolve({"IDLE_IN_TRANSACTION_TIMEOUT_SECONDS": 600}, lease_seconds=2).own_idle_timeout == 4
+
+
 def test_an_option_replaces_a_setting_the_checks_refuse_for_its_worker():
     (problem,) = settings_problems({**DEFAULTS, "LEASE_SECONDS": 0.5}, sqlite=False)
     assert problem.id == "django_procedures.E003"

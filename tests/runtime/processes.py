@@ -21,6 +21,8 @@ from urllib.parse import quote
 
 from django.db import connection
 
+from django_procedures.runtime.connections import APPLICATION_NAME_PREFIX
+
 ROOT = Path(__file__).resolve().parents[2]
 MANAGE = ROOT / "manage.py"
 
@@ -215,6 +217,35 @@ def wait_for(
             logs = f"\n{workers.describe()}" if workers is not None else ""
             raise AssertionError(f"timed out after {timeout}s waiting for {what}{logs}")
         time.sleep(interval)
+
+
+def worker_sessions(worker: WorkerProcess, role: str) -> list[int]:
+    """Backend pids of the worker's connections whose role starts with ``role`` (see ``application_name``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_FRESH_ACTIVITY)
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name "
+                       "LIKE %s", [f"{APPLICATION_NAME_PREFIX}/{role}%/{worker.worker_id}"])
+        return [pid for (pid,) in cursor.fetchall()]
+
+
+def session_state(pid: int) -> str:
+    """The backend's state ('idle', 'idle in transaction', ...; '' once it is gone)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_FRESH_ACTIVITY)
+        cursor.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", [pid])
+        row = cursor.fetchone()
+    return (row[0] or "") if row else ""
+
+
+def waits_for_a_lock(pid: int) -> bool:
+    """Whether the backend waits for a lock (read live from ``pg_locks``, also inside a transaction)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted", [pid])
+        return cursor.fetchone() is not None
+
+
+#: Inside a transaction ``pg_stat_activity`` is a snapshot taken at its first read: a read must drop it first.
+_FRESH_ACTIVITY = "SELECT pg_stat_clear_snapshot()"
 
 
 def read_pid(path: Path) -> int | None:

@@ -17,16 +17,23 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.policy.status import FINAL
-from django_procedures.runtime.worker import APPLICATION_NAME_PREFIX
 from testproject.testapp.models import Effect
 from testproject.testapp.procedures import ChargeCard, KillsItsWorker, ThreeSteps
-from tests.runtime.processes import Workers, direct_only, read_pid, wait_for
+from tests.runtime.processes import (
+    Workers,
+    direct_only,
+    read_pid,
+    session_state,
+    wait_for,
+    waits_for_a_lock,
+    worker_sessions,
+)
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 
@@ -78,30 +85,6 @@ def wait_status(pid, *statuses: str, timeout: float, workers: Workers) -> str:
 def wait_marker(path: Path, pid: int, *, timeout: float, workers: Workers) -> None:
     wait_for(lambda: read_pid(path) == pid, timeout=timeout, workers=workers,
              what=f"{path.name} written by pid {pid}")
-
-
-def worker_sessions(worker, role: str) -> list[int]:
-    """Backend pids of the worker's connections whose role starts with ``role`` (see ``application_name``)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name "
-                       "LIKE %s", [f"{APPLICATION_NAME_PREFIX}/{role}%/{worker.worker_id}"])
-        return [pid for (pid,) in cursor.fetchall()]
-
-
-def session_state(pid: int) -> str:
-    """The backend's state ('idle', 'idle in transaction', ...; '' once it is gone). Outside a transaction only:
-    ``pg_stat_activity`` is a snapshot within one."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", [pid])
-        row = cursor.fetchone()
-    return (row[0] or "") if row else ""
-
-
-def waits_for_a_lock(pid: int) -> bool:
-    """Whether the backend waits for a lock (read live from ``pg_locks``, also inside a transaction)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted", [pid])
-        return cursor.fetchone() is not None
 
 
 def stop(worker, timeout: float = WAIT) -> int:
