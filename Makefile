@@ -6,9 +6,11 @@
 #   make test-fast     the inner loop: SQLite, no PostgreSQL-only tests, worker processes, browser or soak
 #   make check-wheel   build the wheel, install it into a clean virtualenv, migrate and run a procedure
 #   make docs          build the documentation site into var/site (MkDocs, warnings are errors)
-#   make test-django6  the PostgreSQL leg and the migrations check on Django 6.1 (.venv-django6, Python 3.12)
+#   make test-django6  the PostgreSQL leg and the migrations check on Django 6.1 (.venv-django6, Python 3.12),
+#                      without the benchmark smoke runs and the process tier of make test-pgbouncer
 #   make test-pgbouncer  the process tier (worker subprocesses, the quick soak) with the workers behind PgBouncer
-#                      in transaction mode (.ci/pgbouncer starts it on PGBOUNCER_URL's port)
+#                      in transaction mode (.ci/pgbouncer starts it on PGBOUNCER_URL's port); CI runs it on
+#                      Django 6 (PGBOUNCER_VENV=.venv-django6)
 #   make lint          ruff, then mypy (django-stubs) on django_procedures
 #   make clean         remove virtualenvs, var/ and caches
 #
@@ -23,6 +25,7 @@
 #   XDIST                    pytest-xdist arguments of the PostgreSQL legs (default '-n 2 --dist loadfile': two
 #                            pytest processes, each with its own test database; XDIST= runs them in one)
 #   PGBOUNCER_URL            the PgBouncer of make test-pgbouncer (default postgres://postgres@127.0.0.1:6432)
+#   PGBOUNCER_VENV           the virtualenv of make test-pgbouncer (default .venv; .venv-django6 for Django 6)
 #   PYTHON, PYTHON_DJANGO6   interpreters for the two virtualenvs (found on PATH or through pyenv)
 
 SHELL := /bin/bash
@@ -52,9 +55,15 @@ COVERAGE ?= --cov=django_procedures --cov-report=term:skip-covered
 # Most of the PostgreSQL legs' time is worker processes waiting on each other: two pytest processes (a test
 # file each at a time, each on its own test_<name>_gw<N> database) halve it on this 2-core machine.
 XDIST ?= -n 2 --dist loadfile
-# The Django 6 leg leaves out the soak and the benchmark smoke runs: they drive the same code as on
-# Django 5.2 for minutes, and the PostgreSQL leg runs them.
-DJANGO6_IGNORE := --ignore=tests/test_soak.py --ignore=tests/test_benchmarks.py
+# The process tests that make test-pgbouncer runs with its workers behind PgBouncer (every test in these files starts
+# worker processes).
+PGBOUNCER_FILES := tests/runtime/test_worker_processes.py tests/runtime/test_fault_processes.py \
+	tests/runtime/test_tree_processes.py tests/runtime/test_schedule_fault_processes.py \
+	tests/runtime/test_reconnect.py tests/runtime/test_pgbouncer_processes.py tests/test_soak.py
+# The Django 6 leg leaves out the benchmark smoke runs (they drive the same code as on Django 5.2 for a minute, and
+# the PostgreSQL leg runs them) and PGBOUNCER_FILES: CI runs those on Django 6 through PgBouncer
+# (make test-pgbouncer PGBOUNCER_VENV=.venv-django6), so that each Django runs the process tier once.
+DJANGO6_IGNORE ?= --ignore=tests/test_benchmarks.py $(addprefix --ignore=,$(PGBOUNCER_FILES))
 # The fast tier leaves out what starts processes or a browser (the soak and the benchmarks start processes too).
 FAST_ARGS := -m 'not subprocess and not browser'
 
@@ -150,16 +159,15 @@ test-django6: $(VENV6)/.installed check-pg-url | var
 PGBOUNCER_URL ?= postgres://postgres@127.0.0.1:6432
 # Tests whose workers run on a database of their own (a throwaway cluster, an unmigrated database) reach it
 # directly, so they are left out (-k).
-PGBOUNCER_TESTS ?= -m subprocess -k 'not carries_on and not postgresql_is_down and not unmigrated' \
-	tests/runtime/test_worker_processes.py tests/runtime/test_fault_processes.py \
-	tests/runtime/test_tree_processes.py tests/runtime/test_schedule_fault_processes.py \
-	tests/runtime/test_reconnect.py tests/runtime/test_pgbouncer_processes.py tests/test_soak.py
+PGBOUNCER_TESTS ?= -m subprocess -k 'not carries_on and not postgresql_is_down and not unmigrated' $(PGBOUNCER_FILES)
+# The virtualenv, so the Django, of make test-pgbouncer: .venv (Django 5.2), or .venv-django6 as CI runs it.
+PGBOUNCER_VENV ?= $(VENV)
 
-test-pgbouncer: $(VENV)/.installed check-pg-url | var
+test-pgbouncer: $(PGBOUNCER_VENV)/.installed check-pg-url | var
 	@PGBOUNCER_PORT=$$(printf '%s' '$(PGBOUNCER_URL)' | sed -E 's|.*:([0-9]+)/?$$|\1|') .ci/pgbouncer start
-	@$(call banner,process tier through PgBouncer: workers on $(call redact,$(PGBOUNCER_URL)) · tests on $(call redact,$(PG_URL)))
-	PROCEDURES_TEST_POOLER_URL='$(PGBOUNCER_URL)' DATABASE_URL='$(PG_URL)' $(VENV)/bin/python -m pytest --create-db \
-		$(XDIST) $(PGBOUNCER_TESTS) $(PYTEST_ARGS)
+	@$(call banner,process tier through PgBouncer: workers on $(call redact,$(PGBOUNCER_URL)) · tests on $(call redact,$(PG_URL)) · Django $$($(PGBOUNCER_VENV)/bin/python -m django --version))
+	PROCEDURES_TEST_POOLER_URL='$(PGBOUNCER_URL)' DATABASE_URL='$(PG_URL)' $(PGBOUNCER_VENV)/bin/python -m pytest \
+		--create-db $(XDIST) $(PGBOUNCER_TESTS) $(PYTEST_ARGS)
 
 # -- the published package ---------------------------------------------------------------------
 
