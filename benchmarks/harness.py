@@ -91,6 +91,10 @@ class Server:
         """Committed transactions of ``dbname`` so far (read from another database, so this read adds none)."""
         return int(self.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", [dbname])[0][0])
 
+    def blocks_read(self, dbname: str) -> int:
+        """Blocks ``dbname``'s backends read from outside shared buffers so far (from the OS cache or the disk)."""
+        return int(self.execute("SELECT blks_read FROM pg_stat_database WHERE datname = %s", [dbname])[0][0])
+
     def wal_lsn(self) -> str:
         """The server's current WAL position (the whole server's: other databases' writes count too)."""
         return str(self.execute("SELECT pg_current_wal_lsn()")[0][0])

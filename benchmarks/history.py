@@ -217,10 +217,11 @@ def history(ctx: Any) -> list[Any]:
             pages = _time_admin(ctx, s.history_requests)
         sides[side] = {"rate": drain.rate, "p50": percentile(picked.latencies, 50),
                        "p99": percentile(picked.latencies, 99), "pages": pages,
-                       "worker_cpu": drain.worker_cpu_ms, "db_cpu": drain.db_cpu_ms, "wal": drain.wal_bytes}
+                       "worker_cpu": drain.worker_cpu_ms, "db_cpu": drain.db_cpu_ms, "wal": drain.wal_bytes,
+                       "reads": drain.reads}
         ctx.progress(f"  history, {side}: drain {drain.rate:,.0f}/s, CPU per procedure: worker "
                      f"{drain.worker_cpu_ms:.2f} ms + PostgreSQL {drain.db_cpu_ms:.2f} ms, WAL "
-                     f"{drain.wal_bytes:,.0f} bytes/procedure; pickup p50 "
+                     f"{drain.wal_bytes:,.0f} bytes/procedure, {drain.reads:.1f} blocks read/procedure; pickup p50 "
                      f"{sides[side]['p50']:.1f} ms, p99 {sides[side]['p99']:.1f} ms; slowest page "
                      f"{max(pages.values()):.0f} ms ({max(pages, key=pages.get)})")
     empty, full = sides["empty"], sides["history"]
@@ -240,6 +241,11 @@ def history(ctx: Any) -> list[Any]:
         # not depend on the machine's speed or load either, and it is where random ids and scattered rows showed.
         Metric("12 history", "WAL per procedure of that drain, empty table", "bytes", [empty["wal"]]),
         Metric("12 history", f"same, beside {size}", "bytes", [full["wal"]]),
+        # Blocks read from outside shared buffers: pages the drain touched that were not cached. Beside a history larger
+        # than the buffers, new rows spread over its pages (docs/scaling.md) are read back for each write.
+        Metric("12 history", "blocks read from outside shared buffers per procedure of that drain, empty table",
+               "blocks", [empty["reads"]], digits=2),
+        Metric("12 history", f"same, beside {size}", "blocks", [full["reads"]], digits=2),
         Metric("12 history", "pickup p50, empty table", "ms", [empty["p50"]], digits=1),
         Metric("12 history", f"pickup p50, beside {size}", "ms", [full["p50"]], digits=1),
         Metric("12 history", f"pickup p99, beside {size} (empty: {empty['p99']:.1f} ms)", "ms", [full["p99"]],

@@ -153,6 +153,7 @@ class Drain:
     worker_cpu_ms: float  # worker CPU per procedure (all worker processes, start-up included)
     db_cpu_ms: float  # PostgreSQL backend CPU per procedure (nan when not measurable)
     wal_bytes: float  # WAL per procedure
+    reads: float  # blocks read from outside shared buffers per procedure
 
 
 def drain_noops(ctx: Context, label: str, n: int, workers: int, template: str | None = None,
@@ -182,6 +183,9 @@ class Burst:
     #: Bytes of WAL written while the workers ran (the server's: nothing else should be writing). It counts
     #: every row and index entry written, and does not depend on how fast or busy the machine is.
     wal: int
+    #: Blocks the database's backends read from outside shared buffers meanwhile: pages a drain touched that
+    #: were not cached, as when its rows are spread over a table larger than the buffers.
+    reads: int
 
     @property
     def t0(self) -> float:
@@ -194,16 +198,17 @@ def run_burst(ctx: Context, db: str, since: Any, expected: int, workers: int, **
     exit, and check that the ``expected`` runs submitted since ``since`` all finished."""
     close_connection()
     ctx.server.wait_disconnected(db)
-    before, lsn = ctx.server.xact_commit(db), ctx.server.wal_lsn()
+    before, lsn, read = ctx.server.xact_commit(db), ctx.server.wal_lsn(), ctx.server.blocks_read(db)
     with ctx.workers(db) as pool:
         started = pool.start(workers, concurrency=ctx.threads, burst=True, **start)
         pool.wait_exit(started, ctx.sizes.timeout)
     ctx.server.wait_disconnected(db)
     commits, wal = ctx.server.xact_commit(db) - before, ctx.server.wal_since(lsn)
+    reads = ctx.server.blocks_read(db) - read
     count, first, last = finished_span(since)
     if count != expected:
         raise BenchmarkError(f"expected {expected} procedures, found {count}")
-    return Burst(started, pool, commits, first, last, wal)
+    return Burst(started, pool, commits, first, last, wal, reads)
 
 
 def _drain_noops_in(ctx: Context, db: str, n: int, workers: int, settings: dict[str, Any] | None,
@@ -222,7 +227,8 @@ def _drain_noops_in(ctx: Context, db: str, n: int, workers: int, settings: dict[
                  rss_mb=max(w.last.rss_kb for w in run.started) / 1024,
                  peak_mb=max(w.last.hwm_kb for w in run.started) / 1024,
                  worker_cpu_ms=run.pool.worker_cpu() / n * 1000,
-                 db_cpu_ms=db_cpu / n * 1000 if db_cpu is not None else float("nan"), wal_bytes=run.wal / n)
+                 db_cpu_ms=db_cpu / n * 1000 if db_cpu is not None else float("nan"), wal_bytes=run.wal / n,
+                 reads=run.reads / n)
 
 
 def throughput(ctx: Context) -> list[Metric]:
