@@ -124,6 +124,11 @@ class WorkerProcess:
             lines = [line for line in lines if f" {level} " in line]
         return [line for line in lines if containing in line]
 
+    def final_count(self, name: str) -> int:
+        """A count of the stats line the worker logs as it stops (``stopped: claimed=... given_back=...``)."""
+        (line,) = self.log_lines(containing="stopped:")
+        return int(line.split(f" {name}=")[1].split()[0])
+
     def describe(self) -> str:
         return f"----- log of {self!r} ({self.log_path}) -----\n{self.log()}-----"
 
