@@ -356,11 +356,16 @@ def test_a_tree_of_depth_three_and_fanout_ten_finishes(workers):
     no_step_committed_twice()
     assert Effect.objects.filter(step="leaf").count() == 1000
     assert open_leases() == 0
-    # Every lease completed: one per leaf; a parent has its spawn's and its collect's, and one more each time it
-    # was woken early (a sibling passed by while its row was locked for a lease renewal, store/tree.py) and went
-    # back to waiting without a step — the exact Step count above says no such claim wrote one.
-    assert set(Lease.objects.values_list("outcome", flat=True)) == {"completed"}
-    per_procedure = dict(Lease.objects.values_list("procedure_id").annotate(n=Count("id")))
+    # Every lease completed, but for claims given back unstarted: a leaf claimed ahead that waited over half a
+    # second for a thread on a loaded machine (docs/running-workers.md) has a released lease that wrote no step.
+    assert set(Lease.objects.values_list("outcome", flat=True)) <= {"completed", "released"}
+    for procedure_id, token in Lease.objects.filter(outcome="released").values_list("procedure_id", "token"):
+        assert not Step.objects.filter(procedure_id=procedure_id, lease_token=token).exists()
+    # One completed lease per leaf; a parent has its spawn's and its collect's, and one more each time it was woken
+    # early (a sibling passed by while its row was locked for a lease renewal, store/tree.py) and went back to
+    # waiting without a step — the exact Step count above says no such claim wrote one.
+    completed = Lease.objects.filter(outcome="completed")
+    per_procedure = dict(completed.values_list("procedure_id").annotate(n=Count("id")))
     leaves = descendants.filter(depth=3).values_list("id", flat=True)
     assert {per_procedure[leaf] for leaf in leaves} == {1}
     assert min(per_procedure[p] for p in parents.values_list("id", flat=True)) == 2
