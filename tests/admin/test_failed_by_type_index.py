@@ -26,7 +26,6 @@ def history(analyze) -> None:
     analyze()
 
 
-
 @pytest.mark.parametrize("status", ["failed", "rolled_back", "cancelled"])
 def test_one_types_failures_newest_first_read_the_failed_by_type_index(status):
     rows = ProcedureRun.objects.filter(status=status, type_name="billing.ChargeInvoice").order_by("-created_at", "-id")

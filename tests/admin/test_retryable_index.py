@@ -31,7 +31,6 @@ def _retryable():
     return chosen.queryset(None, ProcedureRun.objects.all())
 
 
-
 def test_the_filter_selects_exactly_the_failures_a_manual_retry_would_run_again():
     assert set(_retryable().values_list("type_name", flat=True)) == {"billing.ChargeInvoice"}
     assert _retryable().count() == 20

@@ -18,8 +18,8 @@ from django.db import transaction
 
 from django_procedures.models import Lease
 from testproject.testapp.procedures import ThreeSteps
-from tests.runtime.processes import direct_only, read_pid, session_state, wait_for, waits_for_a_lock, worker_sessions
-from tests.runtime.test_worker_processes import FAST, LEASE, SHORT_LEASE, WAIT, leases, status_of, stop
+from tests.runtime.processes import direct_only, session_state, wait_for, waits_for_a_lock, worker_sessions
+from tests.runtime.test_worker_processes import FAST, LEASE, SHORT_LEASE, WAIT, leases, stop, wait_marker, wait_status
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 
@@ -30,8 +30,7 @@ def test_a_worker_frozen_in_its_lease_sweep_holds_the_row_for_twice_its_lease_on
     marker, flag = tmp_path / "m", tmp_path / "flag"
     handle = ThreeSteps.submit({"marker": str(marker), "until": {"two": str(flag)}})
     lost = workers.start(lease_seconds=SHORT_LEASE, procedures=FAST)
-    wait_for(lambda: read_pid(Path(f"{marker}.two")) == lost.pid, timeout=WAIT, workers=workers,
-             what="step two to start")
+    wait_marker(Path(f"{marker}.two"), lost.pid, timeout=WAIT, workers=workers)
     lost.kill_now()  # its lease expires within SHORT_LEASE seconds
 
     with transaction.atomic():
@@ -52,8 +51,7 @@ def test_a_worker_frozen_in_its_lease_sweep_holds_the_row_for_twice_its_lease_on
     flag.touch()
     resumer = workers.start(lease_seconds=LEASE, procedures=FAST)
     # Cut after 2 x SHORT_LEASE, the frozen sweep releases the row and the other worker's sweep takes it.
-    wait_for(lambda: status_of(handle.id) == "done", timeout=WAIT, workers=workers,
-             what=f"procedure {handle.id} to be swept and finished (it is {status_of(handle.id)})")
+    wait_status(handle.id, "done", timeout=WAIT, workers=workers)
     assert session_state(main) == "", "PostgreSQL must have ended the frozen sweep's session"
     assert leases(handle.id) == [(lost.worker_id, "expired", True), (resumer.worker_id, "completed", True)]
     assert stop(resumer) == 0
