@@ -93,6 +93,12 @@ def tracing_available() -> bool:
     return find_spec("opentelemetry") is not None and find_spec("opentelemetry.sdk") is not None
 
 
+def _resolved(cpu_us: float) -> bool:
+    """Whether a CPU reading per step can divide: not nan, and above zero. The CPU clock ticks every 10 ms, so a
+    quick run's few steps, less the start-up subtracted, can read 0 or below (it did on a loaded machine)."""
+    return cpu_us == cpu_us and cpu_us > 0
+
+
 def observability(ctx: Any) -> list[Any]:
     """The variants in turn, rotated from run to run; throughput ratios and CPU per step per variant.
 
@@ -151,7 +157,8 @@ def observability(ctx: Any) -> list[Any]:
         mine = [w + d for w, d in zip(worker_us[name], database_us[name], strict=True)]
         metrics.append(Metric("8 observability", f"CPU per step, workers + PostgreSQL, baseline / {name} (paired "
                               "runs; what the ratio above would be on a machine that only ran this)", "ratio",
-                              [b / m for b, m in zip(base, mine, strict=True) if b == b and m == m], digits=3))
+                              [b / m for b, m in zip(base, mine, strict=True) if _resolved(b) and _resolved(m)],
+                              digits=3))
     costs = observer_costs()
     ctx.progress("  observability, in-process cost per step of a ten-step procedure: " + ", ".join(
         f"{name} {us:.1f} µs" for name, us in costs.items()))
@@ -161,7 +168,8 @@ def observability(ctx: Any) -> list[Any]:
                               "µs per step", [us], digits=1))
         target, meets = ("≤ 5", lambda v: v <= 5) if name in ("+progress", "+metrics") else ("", None)
         metrics.append(Metric("8 observability", f"{name}: that, as a share of the baseline's worker CPU per step "
-                              f"in this run ({base:.0f} µs)", "%", [us / base * 100], target, meets, digits=1))
+                              f"in this run ({base:.0f} µs)", "%", [us / base * 100] if _resolved(base) else [],
+                              target, meets, digits=1))
     for name in names:
         metrics.append(Metric("8 observability", f"worker start-up CPU, {name} (a burst over an empty queue)",
                               "ms", start_up_ms[name]))
