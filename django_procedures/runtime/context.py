@@ -43,24 +43,33 @@ class Activity:
 
 @dataclass
 class Context:
-    """Passed to every step: where the run is, and ``ensure_active()`` for long steps."""
+    """Passed to every step: where the run is, and ``ensure_active()`` for long steps.
+
+    The worker makes one for each step. Made by hand (to call a step in a unit
+    test) it is always active and its progress reports go nowhere.
+    """
 
     procedure_id: uuid.UUID
     type_name: str
-    attempt: int
-    step_index: int
-    step_name: str
-    lease_token: int
-    activity: Activity = field(repr=False)
+    attempt: int = 1
+    step_index: int = 0
+    step_name: str = ""
+    lease_token: int = 0
     children: tuple[ChildResult, ...] = ()
-    #: Where ``progress()`` reports go (a ``runtime.progress.ProgressRecorder``); None: nowhere.
-    progress_recorder: Any = field(default=None, repr=False)
-    #: The ``store.claim.Claim`` the step runs under (internal: the tasks backend reports an attempt from it).
-    _claim: Any = field(default=None, repr=False)
     logger: logging.LoggerAdapter[logging.Logger] = field(init=False, repr=False)
+    # The runtime's side of the run (see ``_attach``), kept out of the constructor users see.
+    _activity: Activity = field(init=False, repr=False, default_factory=Activity)
+    _progress: Any = field(init=False, repr=False, default=None)
+    _claim: Any = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         self.logger = logging.LoggerAdapter(logging.getLogger("django_procedures.procedure"), self.log_extra())
+
+    def _attach(self, activity: Activity, progress: Any = None, claim: Any = None) -> Context:
+        """The worker's side: the claim's activity flags, where ``progress()`` reports go (a
+        ``runtime.progress.ProgressRecorder``), the ``store.claim.Claim`` (the tasks backend reports from it)."""
+        self._activity, self._progress, self._claim = activity, progress, claim
+        return self
 
     def log_extra(self) -> dict[str, Any]:
         return {"procedure_id": str(self.procedure_id), "type_name": self.type_name,
@@ -82,9 +91,9 @@ class Context:
         input never fails the step: it is clamped or ignored, with a warning
         (see ``policy.progress.normalise``). A lost lease drops the report.
         """
-        if self.progress_recorder is not None and self.activity.lost_reason is None:
-            self.progress_recorder.report(done, total, note, self.logger)
+        if self._progress is not None and self._activity.lost_reason is None:
+            self._progress.report(done, total, note, self.logger)
 
     def ensure_active(self) -> None:
         """Raise ``NotActive`` if this run must stop: lease lost or not renewed in time, or shutdown."""
-        self.activity.check()
+        self._activity.check()

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import time
-from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, Error, connection, transaction
 
@@ -13,21 +12,27 @@ from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
 from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error, decide_failure, is_poisonous
 from django_procedures.policy.state import copy_state, find_problem
 from django_procedures.procedure import Procedure, Status, StepSpec
-from django_procedures.runtime import hooks, observe, reconnect
+from django_procedures.runtime import hooks, reconnect
 from django_procedures.runtime.connections import set_transaction_timeout
 from django_procedures.runtime.context import Context
-from django_procedures.runtime.running import (
-    Outcome,
-    RunningClaim,
-    error_text,
-    interrupted,
-    log_extra,
-    logger,
-    trace_text,
+from django_procedures.runtime.endings import (
+    Completed,
+    Continued,
+    Ended,
+    Failed,
+    Interrupted,
+    Lost,
+    RollbackFailed,
+    Suspended,
 )
-from django_procedures.store import transitions
+from django_procedures.runtime.running import Outcome, RunningClaim, error_text, log_extra, logger, trace_text
+from django_procedures.runtime.settle import fenced_out, settle, settle_last
+from django_procedures.store import fence, transitions
 from django_procedures.store.db import is_conflict, is_disconnect, own_connection_lost, session
-from django_procedures.store.transitions import StepRecord
+from django_procedures.store.fence import StepRecord
+
+if TYPE_CHECKING:
+    from django_procedures.models import ProcedureRun
 
 __all__ = ["Outcome", "RunningClaim", "execute", "fail_overdue", "record_crash"]
 
@@ -72,9 +77,9 @@ def execute(running: RunningClaim) -> Outcome:
         except Error as error:  # Django's InterfaceError is no DatabaseError
             if not is_disconnect(error):
                 raise
-            outcome = reconnect.after_disconnect(running, error, reconnects)
-            if outcome is not None:
-                return outcome
+            ended = reconnect.after_disconnect(running, error, reconnects)
+            if ended is not None:
+                return settle(running, ended)
     raise AssertionError("unreachable")  # pragma: no cover - the last round returns LOST
 
 
@@ -90,9 +95,8 @@ def _execute(running: RunningClaim) -> Outcome:
                        f"(RetryPolicy.max_lost={cls.retry.max_lost})")
             if claim.in_rollback:
                 now = clock.now()
-                transitions.fail_rollback(claim, StepRecord(claim.step, "rollback", claim.attempt, now, now),
-                                          message, FailDecision(message, manual_retry=True))
-                return Outcome.FAILED
+                return settle(running, RollbackFailed(StepRecord(claim.step, "rollback", claim.attempt, now, now),
+                                                      message, FailDecision(message, manual_retry=True)))
             return hooks.fail_now(procedure, cls, running, message)
         if claim.in_rollback:
             return hooks.run_rollback(procedure, cls, running)
@@ -101,29 +105,22 @@ def _execute(running: RunningClaim) -> Outcome:
             if outcome is not None:
                 return outcome
         if claim.step_name == "":  # resumed after a suspension in the last step
-            transitions.complete(claim, [], claim.state, None)
-            return Outcome.COMPLETED
+            return settle(running, Completed((), claim.state, None))
         while True:
             spec = find_step(cls, claim.step_name)
             if spec is None:
                 return hooks.fail_now(procedure, cls, running, f"step {claim.step_name!r} no longer exists in "
                                       f"{claim.type_name} (removed or renamed by a deploy); restore it, or retry "
                                       "once a version that has it is deployed")
-            if running.activity.stopping.is_set():
-                transitions.release(claim)
-                return Outcome.RELEASED
             if running.activity.lost_reason:  # noticed before the (next) step: the INFO line all lost claims log
-                logger.info("procedure %s: stopped: %s", claim.id, running.activity.lost_reason,
-                            extra=log_extra(claim))
-                return Outcome.LOST
+                return settle(running, Lost(running.activity.lost_reason))
+            if running.activity.stopping.is_set():
+                return settle(running, Interrupted("the worker is shutting down (between steps)"))
             outcome = _run_group(procedure, cls, spec, running)
-            if outcome is not None:
+            if outcome is not Outcome.CONTINUED:
                 return outcome
-    except LeaseLost:
-        observe.fenced_write(claim)
-        logger.info("procedure %s: lease token %s was lost; dropping this worker's result", claim.id,
-                    claim.lease_token, extra=log_extra(claim))
-        return Outcome.LOST
+    except LeaseLost:  # refused by the fence outside the settle point (taking stock of children, an unsafe step)
+        return fenced_out(running)
     except DatabaseError as error:
         if is_disconnect(error):
             raise  # a lost connection costs no attempt: execute() reconnects and resumes
@@ -131,17 +128,12 @@ def _execute(running: RunningClaim) -> Outcome:
         # idle_in_transaction_session_timeout when it wakes. If the lease moved meanwhile, this is the
         # fenced-out case (drop the result, log once at INFO), not an error.
         if _lease_moved(running):
-            logger.info("procedure %s: lease token %s was lost (its transaction ended with: %s); dropping this "
-                        "worker's result", claim.id, claim.lease_token, error, extra=log_extra(claim))
-            return Outcome.LOST
+            return fenced_out(running, f"its transaction ended with: {error}")
         # Still ours: the database refused the step's transaction (cut while idle, or a conflict that kept
         # coming back). That is a failed attempt, recorded on a fresh connection and retried by the policy.
         record = StepRecord(claim.step, claim.step_name, claim.attempt, clock.now(), clock.now())
         failed = _StepFailed(record, DatabaseError(_database_hint(error)), trace_text())
-        try:
-            return _record_failure(procedure, cls, running, failed)
-        except LeaseLost:
-            return Outcome.LOST
+        return _record_failure(procedure, cls, running, failed)
 
 
 def _database_hint(error: DatabaseError) -> str:
@@ -162,14 +154,15 @@ def _lease_moved(running: RunningClaim) -> bool:
         return False
     connection.close()  # the error may have broken it; the check opens a fresh one
     try:
-        return not transitions.holds(running.claim)
+        return not fence.holds(running.claim)
     except DatabaseError:
         connection.close()
         return False
 
 
-def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, running: RunningClaim) -> Outcome | None:
-    """Run ``first`` and the steps it chains with ``persist=False``; None after a checkpoint."""
+def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, running: RunningClaim) -> Outcome:
+    """Run ``first`` and the steps it chains with ``persist=False``, and settle how they ended (``CONTINUED``
+    after a checkpoint). An atomic group's checkpoint is settled inside its own transaction."""
     claim = running.claim
     saved_state = claim.state  # the committed state: never changed in place (the procedure works on copies)
     for conflict_try in range(1, _CONFLICT_TRIES + 1):
@@ -178,27 +171,27 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
             if first.atomic:
                 with transaction.atomic():
                     set_transaction_timeout(transaction.get_connection())
-                    return _run_steps(procedure, cls, first, running)
+                    return settle_last(running, _run_steps(procedure, cls, first, running))
             if not first.idempotent:
                 transitions.enter_unsafe_step(claim)
-            return _run_steps(procedure, cls, first, running)
+            return settle(running, _run_steps(procedure, cls, first, running))
         except _StepFailed as failed:
             procedure.state = copy_state(saved_state)
             return _record_failure(procedure, cls, running, failed)
         except _Interrupted:
-            return interrupted(running)
-        except reconnect.Settled as settled:
-            return settled.outcome
+            return settle(running, Interrupted(f"stopped during step {running.current.name}"
+                                               if running.current else "stopped"))
         except DatabaseError as error:
             retry = first.atomic and is_conflict(error) and not transaction.get_connection().in_atomic_block
             if not retry or conflict_try == _CONFLICT_TRIES:
                 raise
             logger.info("procedure %s: step transaction hit %s; running it again (%d)", claim.id, error,
                         conflict_try, extra=log_extra(claim))
-    return None  # pragma: no cover - the loop returns or raises
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
-def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, running: RunningClaim) -> Outcome | None:
+def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, running: RunningClaim) -> Ended:
+    """Run the group's steps; how they ended (a checkpoint, a completion, a suspension) for :func:`settle`."""
     claim, activity = running.claim, running.activity
     index, attempt = claim.step, claim.attempt
     running.group_step = claim.step
@@ -206,8 +199,8 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
     records: list[StepRecord] = []
     while True:
         ctx = Context(procedure_id=claim.id, type_name=claim.type_name, attempt=attempt, step_index=index,
-                      step_name=spec.name, lease_token=claim.lease_token, activity=activity,
-                      children=running.children, progress_recorder=running.progress, _claim=claim)
+                      step_name=spec.name, lease_token=claim.lease_token,
+                      children=running.children)._attach(activity, running.progress, claim)
         started, t0 = clock.now(), time.monotonic()
         running.current, running.step_index, running.step_attempt = spec, index, attempt
         running.step_started_at = started
@@ -217,6 +210,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         try:
             activity.check()
             body = procedure.execute if cls.uses_execute() else getattr(procedure, spec.name)
+            running.effect_uncommitted = not spec.idempotent  # from here a stop parks it (policy.interruption)
             status = _normalise(body(ctx), cls)
             elapsed = time.monotonic() - t0
             if spec.timeout is not None and elapsed > spec.timeout:
@@ -237,26 +231,16 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         following = None if status.kind == "done" else _next_step(cls, spec)
         if problem:
             raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
-        # Each write below also carries a held-back progress report (``take()``: no statement of its own).
         if status.kind == "suspended" and status.children:
-            reconnect.record(running, safe, partial(_suspend, procedure, claim, records, following, status, record,
-                                                    running.progress.take()))
-            observe.steps_committed(claim, records)
-            return Outcome.SUSPENDED
+            rows = _child_rows(claim, status, record)
+            return Suspended(tuple(records), procedure.state, following.name if following else "", rows, safe)
         if following is None:
-            reconnect.record(running, safe, partial(transitions.complete, claim, records, procedure.state,
-                                                    status.output, running.progress.take(), ends_transaction=True))
-            observe.steps_committed(claim, records)
-            return Outcome.COMPLETED
+            return Completed(tuple(records), procedure.state, status.output, safe)
         if status.kind == "executing" and not status.persist and spec.idempotent and following.idempotent:
             index, spec = index + 1, following  # the group is one try: its steps share its attempt number
             running.progress.step_ended()  # no write follows: a report held back past its interval is written
             continue
-        reconnect.record(running, safe, partial(transitions.commit_checkpoint, claim, records, procedure.state,
-                                                following.name, running.progress.take(if_due=True),
-                                                ends_transaction=True))
-        observe.steps_committed(claim, records)
-        return None
+        return Continued(tuple(records), procedure.state, following.name, safe)
 
 
 def _unstorable(procedure: Procedure, status: Status) -> str | None:
@@ -269,19 +253,18 @@ def _unstorable(procedure: Procedure, status: Status) -> str | None:
     return problem
 
 
-def _suspend(procedure: Procedure, claim: Any, records: list[StepRecord], following: StepSpec | None,
-             status: Status, record: StepRecord, progress: dict[str, Any] | None) -> None:
+def _child_rows(claim: Any, status: Status, record: StepRecord) -> tuple[ProcedureRun, ...]:
+    """The rows of a suspension's children, checked before anything is written; a refusal fails the attempt."""
     bad = [c for c in status.children if not isinstance(c, Procedure) or type(c).abstract]
     if bad:
         raise _StepFailed(record, NonRetryable(
             f"Status.suspended takes instances of concrete Procedure classes, like Child(state={{...}}); "
             f"got {bad[0]!r}"), "")
     try:
-        rows = transitions.child_rows(claim, status.children)
+        return tuple(transitions.child_rows(claim, status.children))
     except BaseException as error:  # a child's state, options or lock keys were refused; nothing was written
         raise _StepFailed(record, NonRetryable(f"cannot submit the children: {error_text(error)}"),
                           trace_text()) from error
-    transitions.suspend(claim, records, procedure.state, following.name if following else "", rows, progress)
 
 
 def _normalise(result: Any, cls: type[Procedure]) -> Status:
@@ -301,15 +284,9 @@ def _record_failure(procedure: Procedure, cls: type[Procedure], running: Running
     decision = decide_error(cls.retry, error, failures_before=claim.failures, now=clock.now(),
                             permanent=(NonRetryable,))
     if not isinstance(decision, RetryDecision):
-        outcome = hooks.fail_now(procedure, cls, running, error_text(error), failed.trace, record=failed.record,
-                                 manual_retry=decision.manual_retry)
-        observe.step_failed(claim, failed.record, error)
-        return outcome
-    transitions.fail_attempt(claim, failed.record, error_text(error), failed.trace, decision)
-    observe.step_failed(claim, failed.record, error)
-    logger.warning("procedure %s step %s attempt %s failed (retrying): %s", claim.id, failed.record.name,
-                   failed.record.attempt, error_text(error), extra=log_extra(claim))
-    return Outcome.RETRIED
+        return hooks.fail_now(procedure, cls, running, error_text(error), failed.trace, record=failed.record,
+                              manual_retry=decision.manual_retry, exception=error)
+    return settle(running, Failed(failed.record, error_text(error), failed.trace, decision, exception=error))
 
 
 def fail_overdue(running: RunningClaim) -> bool:
@@ -328,14 +305,10 @@ def fail_overdue(running: RunningClaim) -> bool:
     error = TimeoutError(f"step {spec.name} ran past its timeout of {spec.timeout}s and was abandoned")
     cls = registry.get(claim.type_name)
     decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=True)
-    try:
-        # The step's thread is still busy: a rollback is handed to the next claim, never run on this thread.
-        transitions.fail_attempt(claim, record, error_text(error), "", decision, rollback=cls.has_rollback(),
-                           hand_off=True, at_step=running.group_step)
-    except LeaseLost:
-        return False
-    observe.step_failed(claim, record, error)
-    return True
+    # The step's thread is still busy: a rollback is handed to the next claim, never run on this thread.
+    ended = Failed(record, error_text(error), "", decision, rollback=cls.has_rollback(), hand_off=True,
+                   at_step=running.group_step, exception=error)
+    return settle(running, ended) is not Outcome.LOST
 
 
 def record_crash(running: RunningClaim, error: BaseException, trace: str) -> Outcome:
@@ -354,18 +327,13 @@ def record_crash(running: RunningClaim, error: BaseException, trace: str) -> Out
         cls = registry.get(claim.type_name)
         now = clock.now()
         record = StepRecord(claim.step, "rollback" if claim.in_rollback else claim.step_name, claim.attempt,
-                                  running.step_started_at or now, now)
+                            running.step_started_at or now, now)
         decision = decide_failure(cls.retry, failures_before=claim.failures, now=now, retryable=True)
         if claim.in_rollback:
-            transitions.fail_rollback(claim, record, message, decision)
-        else:
-            transitions.fail_attempt(claim, record, message, trace, decision, rollback=cls.has_rollback(),
-                                     hand_off=True)
-    except LeaseLost:
-        return Outcome.LOST
+            return settle(running, RollbackFailed(record, message, decision))
+        return settle(running, Failed(record, message, trace, decision, rollback=cls.has_rollback(), hand_off=True))
     except Exception:
         logger.exception("procedure %s: could not record the failed attempt either; its lease will expire and "
                          "another worker will resume it", claim.id, extra=log_extra(claim))
         connection.close()
         return Outcome.LOST
-    return Outcome.RETRIED if isinstance(decision, RetryDecision) else Outcome.FAILED

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from django.db import connection
 
@@ -16,6 +17,14 @@ from django_procedures.store.db import is_disconnect
 from django_procedures.store.leases import renew
 
 logger = logging.getLogger("django_procedures.worker")
+
+
+@dataclass(frozen=True)
+class Duty:
+    """Work the heartbeat does after each beat, on its own connection (the worker's row, held-back progress)."""
+
+    name: str
+    run: Callable[[], None]
 
 
 class Heartbeat(threading.Thread):
@@ -32,7 +41,7 @@ class Heartbeat(threading.Thread):
     """
 
     def __init__(self, running: Callable[[], Iterable[RunningClaim]], *, lease_seconds: float,
-                 renewal_timeout: float) -> None:
+                 renewal_timeout: float, duties: Sequence[Duty] = ()) -> None:
         super().__init__(name="procedures-heartbeat", daemon=True)
         self.running = running
         self.interval = lease_seconds / 3
@@ -41,17 +50,30 @@ class Heartbeat(threading.Thread):
         self.stop_event = threading.Event()
         self.last_success = time.monotonic()
         self._failing = False
-        #: Called after each beat on this thread's connection (the worker registry's renewal); must not raise.
-        self.also: list[Callable[[], None]] = []
+        self.duties = tuple(duties)
+        self._failing_duties: set[str] = set()
 
     def run(self) -> None:
         try:
             while not self.stop_event.wait(self.interval if self._healthy() else min(1.0, self.interval)):
                 self.beat()
-                for chore in self.also:
-                    chore()
+                for duty in self.duties:
+                    self._do(duty)
         finally:
             connection.close()
+
+    def _do(self, duty: Duty) -> None:
+        """Run one duty; its failure is logged once per streak and never stops the leases being renewed."""
+        try:
+            duty.run()
+        except Exception as error:
+            if is_disconnect(error):
+                connection.close()
+            elif duty.name not in self._failing_duties:
+                logger.warning("heartbeat: could not %s (tried again at the next beat): %s", duty.name, error)
+            self._failing_duties.add(duty.name)
+        else:
+            self._failing_duties.discard(duty.name)
 
     def _healthy(self) -> bool:
         return time.monotonic() - self.last_success < self.interval * 1.5
@@ -86,9 +108,8 @@ class Heartbeat(threading.Thread):
         for r in claims:
             if (r.claim.id, r.claim.lease_token) not in held:
                 r.activity.lose(f"lease token {r.claim.lease_token} was taken over or cancelled")
-            elif r.deadline is not None and time.monotonic() > r.deadline and fail_overdue(r):
-                logger.warning("procedure %s: step %s ran past its timeout; attempt failed, result fenced out",
-                               r.claim.id, r.current.name if r.current else "?")
+            elif r.deadline is not None and time.monotonic() > r.deadline:
+                fail_overdue(r)  # the settle point logs the failed attempt
         deadlines.enforce(r for r in claims if (r.claim.id, r.claim.lease_token) in held)
 
     def stop(self) -> None:

@@ -8,43 +8,39 @@ from contextlib import nullcontext
 from django.db import transaction
 
 from django_procedures import clock
-from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
-from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error
+from django_procedures.exceptions import NonRetryable, NotActive
+from django_procedures.policy.retry import FailDecision, decide_error
 from django_procedures.policy.state import find_problem
 from django_procedures.procedure import Procedure
 from django_procedures.runtime.connections import set_transaction_timeout
 from django_procedures.runtime.context import Context
-from django_procedures.runtime.running import (
-    Outcome,
-    RunningClaim,
-    error_text,
-    interrupted,
-    logger,
-    trace_text,
-)
+from django_procedures.runtime.endings import Failed, Interrupted, RollbackFailed, RolledBack
+from django_procedures.runtime.running import Outcome, RunningClaim, error_text, trace_text
+from django_procedures.runtime.settle import settle, settle_last
 from django_procedures.store import transitions
 from django_procedures.store.db import own_connection_lost, session
-from django_procedures.store.transitions import StepRecord
+from django_procedures.store.fence import StepRecord
 
 
 def _context(running: RunningClaim, step_name: str) -> Context:
     claim = running.claim
     return Context(procedure_id=claim.id, type_name=claim.type_name, attempt=claim.attempt, step_index=claim.step,
-                   step_name=step_name, lease_token=claim.lease_token, activity=running.activity,
-                   children=running.children)
+                   step_name=step_name, lease_token=claim.lease_token,
+                   children=running.children)._attach(running.activity)
 
 
 def fail_now(procedure: Procedure, cls: type[Procedure], running: RunningClaim, error: str, trace: str = "",
-             *, record: StepRecord | None = None, manual_retry: bool = True) -> Outcome:
+             *, record: StepRecord | None = None, manual_retry: bool = True,
+             exception: BaseException | None = None) -> Outcome:
     """Fail for good: roll back first if the class can, else end ``failed``."""
     claim = running.claim
     rollback = cls.has_rollback() and not claim.in_rollback
-    transitions.fail_attempt(claim, record, error, trace, FailDecision(error, manual_retry), rollback=rollback)
-    logger.error("procedure %s failed%s: %s", claim.id, "; rolling back" if rollback else "", error)
-    if rollback:
+    outcome = settle(running, Failed(record, error, trace, FailDecision(error, manual_retry), rollback=rollback,
+                                     exception=exception))
+    if outcome is Outcome.ROLLING_BACK:
         procedure.state = copy.deepcopy(claim.state)
         return run_rollback(procedure, cls, running)
-    return Outcome.FAILED
+    return outcome
 
 
 def handle_children(procedure: Procedure, cls: type[Procedure], running: RunningClaim) -> Outcome | None:
@@ -66,7 +62,7 @@ def handle_children(procedure: Procedure, cls: type[Procedure], running: Running
                 if problem:
                     raise NonRetryable(f"cannot save the state on_child_failed left: {problem}")
             except NotActive:
-                return interrupted(running)
+                return settle(running, Interrupted("stopped in on_child_failed"))
             except BaseException as error:  # foreign code: SystemExit, CancelledError... fail like any error
                 if own_connection_lost(error, before):
                     raise  # not the hook's failure: the executor reconnects and runs the claim again
@@ -79,7 +75,7 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
     """Run ``rollback(ctx)`` under the lease; retried with the procedure's policy like a step."""
     claim = running.claim
     started = clock.now()
-    running.current = None  # a shutdown now releases the procedure; its rollback resumes elsewhere
+    running.current, running.effect_uncommitted = None, False  # a shutdown now releases it: the rollback resumes
     record = StepRecord(claim.step, "rollback", claim.attempt, started, started)
     before = session()  # so that own_connection_lost() can tell whose connection failed
     try:
@@ -90,18 +86,14 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
             procedure.rollback(_context(running, "rollback"))
             running.activity.check()
             record = StepRecord(claim.step, "rollback", claim.attempt, started, clock.now())
-            transitions.finish_rollback(claim, record)
-        return Outcome.ROLLED_BACK
+            rolled_back = RolledBack(record)
+            return settle_last(running, rolled_back) if cls.rollback_atomic else settle(running, rolled_back)
     except NotActive:
-        return interrupted(running)
-    except LeaseLost:
-        raise
+        return settle(running, Interrupted("stopped during the rollback"))
     except BaseException as error:  # foreign code: SystemExit, CancelledError... a failed rollback attempt
         if own_connection_lost(error, before):
             raise  # not the rollback's failure: the executor reconnects and runs it again
         record = StepRecord(claim.step, "rollback", claim.attempt, started, clock.now())
         decision = decide_error(cls.retry, error, failures_before=claim.failures, now=clock.now(),
                                 permanent=(NonRetryable,))
-        transitions.fail_rollback(claim, record, error_text(error), decision)
-        logger.warning("procedure %s: rollback attempt %s failed: %s", claim.id, claim.attempt, error_text(error))
-        return Outcome.RETRIED if isinstance(decision, RetryDecision) else Outcome.FAILED
+        return settle(running, RollbackFailed(record, error_text(error), decision))

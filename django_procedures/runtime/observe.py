@@ -48,7 +48,7 @@ def claim_started(running: Any) -> None:
 
 
 def steps_committed(claim: Any, records: Sequence[Any]) -> None:
-    """``records`` (``transitions.StepRecord``) were written as ``done``: reported once their transaction commits."""
+    """``records`` (``fence.StepRecord``) were written as ``done``: reported once their transaction commits."""
     if observers:
         transaction.on_commit(partial(_steps_done, claim, tuple(records)))  # no closure made per step
 
@@ -77,5 +77,5 @@ def fenced_write(claim: Any) -> None:
 
 
 def seconds(record: Any) -> float:
-    """How long a step attempt (``transitions.StepRecord``) ran."""
+    """How long a step attempt (``fence.StepRecord``) ran."""
     return max(0.0, (record.finished_at - record.started_at).total_seconds())

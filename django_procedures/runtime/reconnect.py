@@ -13,34 +13,34 @@ from collections.abc import Callable
 
 from django.db import Error, transaction
 
+from django_procedures.runtime.endings import Ended, Lost, Parked
 from django_procedures.runtime.outage import watch
-from django_procedures.runtime.running import Outcome, RunningClaim, log_extra, logger
-from django_procedures.store import transitions
+from django_procedures.runtime.running import RunningClaim, log_extra, logger
+from django_procedures.store import fence
 from django_procedures.store.db import is_disconnect
 
 #: Times one claim resumes after a lost connection before it is left to its lease expiry.
 MAX_RECONNECTS = 3
 
 
-def after_disconnect(running: RunningClaim, error: Error, reconnects: int) -> Outcome | None:
+def after_disconnect(running: RunningClaim, error: Error, reconnects: int) -> Ended | None:
     """Wait for the database; None to run the claim again from its last checkpoint, else how it ended."""
     claim = running.claim
     found = wait_for_database(running, error)
-    if found is None:
-        return Outcome.LOST
+    if isinstance(found, Lost):
+        return found
     if found.in_unsafe_step:  # a non-idempotent step was running: it may or may not have taken effect
-        return park_unsafe(running)
+        return Parked(claim.step_name, "the database connection was lost")
     if reconnects >= MAX_RECONNECTS:
-        logger.warning("procedure %s: the database connection was lost %d times during this claim; leaving it "
-                       "to its lease expiry", claim.id, reconnects + 1, extra=log_extra(claim))
-        return Outcome.LOST
+        return Lost(f"the database connection was lost {reconnects + 1} times during this claim; leaving it to "
+                    "its lease expiry")
     logger.debug("procedure %s: resuming at step %s under lease token %s after reconnecting", claim.id,
                  claim.step_name, claim.lease_token, extra=log_extra(claim))
     return None
 
 
-def wait_for_database(running: RunningClaim, error: Error) -> transitions.Reloaded | None:
-    """Reconnect with backoff and re-read the claim (see ``transitions.reload``); None if it must stop here.
+def wait_for_database(running: RunningClaim, error: Error) -> fence.Reloaded | Lost:
+    """Reconnect with backoff and re-read the claim (see ``fence.reload``); ``Lost`` if it must stop here.
 
     It stops when the heartbeat gave the lease up (renewal timeout), when the
     worker shuts down while the database is still away (the lease is left to
@@ -53,43 +53,30 @@ def wait_for_database(running: RunningClaim, error: Error) -> transitions.Reload
     while True:
         connection.close()
         if activity.lost_reason:
-            logger.info("procedure %s: stopped while the database was unreachable: %s", claim.id,
-                        activity.lost_reason, extra=log_extra(claim))
-            return None
+            return Lost(f"{activity.lost_reason} (while the database was unreachable)")
         try:
-            found = transitions.reload(claim)
+            found = fence.reload(claim)
             break
         except Error as again:
             if not is_disconnect(again):
                 raise
         if activity.stopping.wait(delay):
-            return None
+            return Lost("the worker is shutting down while the database is unreachable; the lease is left to expire")
         delay = min(delay * 2, 2.0)
     watch.restored()
     if not found.held:
-        logger.info("procedure %s: no longer held by lease token %s once the database was back (its last "
-                    "write committed, or the lease moved); dropping this worker's result", claim.id,
-                    claim.lease_token, extra=log_extra(claim))
-        return None
+        return Lost(f"no longer held by lease token {claim.lease_token} once the database was back (its last "
+                    "write committed, or the lease moved); dropping this worker's result")
     return found
 
 
-def park_unsafe(running: RunningClaim) -> Outcome:
-    """Park the procedure ``failed``: its non-idempotent step may or may not have taken effect."""
-    claim = running.claim
-    transitions.park_interrupted(claim, claim.step_name)
-    logger.warning("procedure %s: the database connection was lost during non-idempotent step %s; parked as "
-                   "failed (retry it by hand once its effect is checked)", claim.id, claim.step_name,
-                   extra=log_extra(claim))
-    return Outcome.FAILED
-
-
 class Settled(Exception):
-    """Raised by :func:`_record` when the claim ended while its result was being written."""
+    """Raised by :func:`record` when the claim ended while its result was being written."""
 
-    def __init__(self, outcome: Outcome | None) -> None:
-        super().__init__(outcome)
-        self.outcome = outcome
+    def __init__(self, ended: Ended | None) -> None:
+        super().__init__(ended)
+        #: How the claim ended; None: the write landed, carry on from the committed checkpoint.
+        self.ended = ended
 
 
 def record(running: RunningClaim, idempotent: bool, write: Callable[[], object]) -> None:
@@ -99,7 +86,7 @@ def record(running: RunningClaim, idempotent: bool, write: Callable[[], object])
     the result in hand is written again once the database is back, unless the
     reloaded row shows the write landed (its checkpoint clears
     ``in_unsafe_step``) or the lease moved; then ``Settled`` says how the
-    claim ended (None: carry on from the committed checkpoint).
+    claim ended.
     """
     if idempotent:  # (of the first step since the checkpoint): a lost write is simply run again
         write()
@@ -112,8 +99,8 @@ def record(running: RunningClaim, idempotent: bool, write: Callable[[], object])
             if not is_disconnect(error):
                 raise
             found = wait_for_database(running, error)
-            if found is None:
-                raise Settled(Outcome.LOST) from error
+            if isinstance(found, Lost):
+                raise Settled(found) from error
             if not found.in_unsafe_step:
                 raise Settled(None) from error
-    raise Settled(Outcome.LOST)
+    raise Settled(Lost(f"the database connection was lost {MAX_RECONNECTS + 1} times while writing the result"))

@@ -15,7 +15,6 @@ from django_procedures.policy.text import describe
 from django_procedures.procedure import StepSpec
 from django_procedures.runtime.context import Activity
 from django_procedures.runtime.progress import ProgressRecorder
-from django_procedures.store import transitions
 from django_procedures.store.claim import Claim
 from django_procedures.store.tree import ChildResult
 
@@ -23,6 +22,11 @@ logger = logging.getLogger("django_procedures.worker")
 
 
 class Outcome(StrEnum):
+    """How a claim ended, as the worker counts it (``CONTINUED`` and ``ROLLING_BACK`` never end a claim: the
+    executor goes on with the next step, or the rollback)."""
+
+    CONTINUED = "continued"
+    ROLLING_BACK = "rolling_back"
     COMPLETED = "completed"
     SUSPENDED = "suspended"
     RETRIED = "retried"
@@ -44,6 +48,9 @@ class RunningClaim:
     step_index: int = 0
     step_attempt: int = 1
     step_started_at: datetime | None = None
+    #: A non-idempotent step's body was entered and its outcome is not committed yet: stopping the claim now
+    #: parks it (``policy.interruption``); settling the attempt clears it.
+    effect_uncommitted: bool = False
     #: The committed step count when the step in flight began (a timeout failure is fenced on it).
     group_step: int = 0
     #: ``time.monotonic()`` after which the step in flight has run past its timeout.
@@ -79,17 +86,3 @@ def trace_text() -> str:
         return tb.format_exc()
     except BaseException:  # a hostile exception must not stop its failure being recorded
         return ""
-
-
-def interrupted(running: RunningClaim) -> Outcome:
-    """``ensure_active()`` raised: drop everything if the lease is gone, else hand the procedure back."""
-    claim = running.claim
-    if running.activity.lost_reason:
-        logger.info("procedure %s: stopped: %s", claim.id, running.activity.lost_reason, extra=log_extra(claim))
-        return Outcome.LOST
-    spec = running.current
-    if spec is not None and not spec.idempotent:
-        transitions.park_interrupted(claim, spec.name)
-        return Outcome.FAILED
-    transitions.release(claim)
-    return Outcome.RELEASED

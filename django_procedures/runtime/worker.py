@@ -18,7 +18,7 @@ from django.db.backends.signals import connection_created
 
 from django_procedures import clock, registry
 from django_procedures.conf import conf
-from django_procedures.exceptions import LeaseLost, ProceduresNotMigrated
+from django_procedures.exceptions import ProceduresNotMigrated
 from django_procedures.policy.prefetch import GIVE_BACK_SECONDS, Prefetch, stale, to_claim
 from django_procedures.policy.worker_config import WorkerConfig
 from django_procedures.policy.workers import StopReason, stop_reason
@@ -31,15 +31,16 @@ from django_procedures.runtime.connections import (
     name_connection,
 )
 from django_procedures.runtime.crew import Crew
+from django_procedures.runtime.endings import Interrupted
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute, record_crash
-from django_procedures.runtime.heartbeat import Heartbeat
+from django_procedures.runtime.heartbeat import Duty, Heartbeat
 from django_procedures.runtime.outage import watch
 from django_procedures.runtime.progress import ProgressRecorder, close_side_connection
-from django_procedures.runtime.registry_of_workers import WorkerRow
 from django_procedures.runtime.running import error_text, log_extra, trace_text
+from django_procedures.runtime.settle import settle
 from django_procedures.runtime.shutdown import graceful_signals
 from django_procedures.runtime.wakeup import Waker
-from django_procedures.store import transitions
+from django_procedures.runtime.worker_row import WorkerRow
 from django_procedures.store.claim import claim, next_due
 from django_procedures.store.db import is_conflict, is_disconnect
 from django_procedures.store.listening import listens
@@ -50,7 +51,8 @@ from django_procedures.store.ticks import next_tick_due, tick
 
 logger = logging.getLogger("django_procedures.worker")
 
-__all__ = ["APPLICATION_NAME_PREFIX", "Worker", "WorkerConfig", "application_name", "new_worker_id", "resolve_config"]
+__all__ = ["APPLICATION_NAME_PREFIX", "WorkerConfig", "WorkerRuntime", "application_name", "new_worker_id",
+           "resolve_config"]
 
 
 def resolve_config(**command_line: Any) -> WorkerConfig:
@@ -65,7 +67,7 @@ def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-class Worker:
+class WorkerRuntime:
     """One worker process: a claiming main thread, ``concurrency`` executor threads and a heartbeat."""
 
     def __init__(self, config: WorkerConfig) -> None:
@@ -96,10 +98,10 @@ class Worker:
 
     def _heartbeat(self) -> Heartbeat:
         """A heartbeat (again, should the last one die) that also renews the worker's row and writes progress."""
-        heartbeat = Heartbeat(self._in_flight, lease_seconds=self.config.lease_seconds,
-                              renewal_timeout=self.config.renewal_timeout)
-        heartbeat.also += [self.row.renew, self._flush_progress]
-        return heartbeat
+        return Heartbeat(self._in_flight, lease_seconds=self.config.lease_seconds,
+                         renewal_timeout=self.config.renewal_timeout,
+                         duties=[Duty("renew the worker's row", self.row.renew),
+                                 Duty("write held-back progress", self._flush_progress)])
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -311,15 +313,10 @@ class Worker:
                 del self.running[(r.claim.id, r.claim.lease_token)]
                 self.busy -= 1
         for r in stale_claims:
-            try:
-                transitions.release(r.claim)
-            except LeaseLost:  # cancelled or taken over while it waited: a claim that ended lost
-                self.stats["lost"] += 1
-                logger.info("procedure %s: stopped: lease token %s was taken over or cancelled before a thread took "
-                            "it up", r.claim.id, r.claim.lease_token, extra=log_extra(r.claim))
-                continue
-            self.stats["given_back"] += 1
-            logger.debug("procedure %s: waited %.2fs for a thread; given back", r.claim.id, now - r.claimed_at)
+            # Cancelled or taken over while it waited: settled as lost (the fence refuses the release).
+            outcome = settle(r, Interrupted(f"waited {now - r.claimed_at:.2f}s for a thread; given back",
+                                            routine=True))
+            self.stats["given_back" if outcome is Outcome.RELEASED else _STAT[outcome]] += 1
 
     def _due_soon(self, due: Any) -> bool:
         if due is None:
@@ -382,19 +379,11 @@ class Worker:
             self._abandon(running)
 
     def _abandon(self, running: RunningClaim) -> None:
-        """Past the shutdown timeout: release the procedure (or park it inside a non-idempotent step)."""
-        spec = running.current
-        try:
-            if running.in_step and spec is not None and not spec.idempotent:
-                transitions.park_interrupted(running.claim, spec.name)
-                self.stats["failed"] += 1
-            else:
-                transitions.release(running.claim)
-                self.stats["released"] += 1
-            logger.info("procedure %s: still running at the shutdown timeout; %s", running.claim.id,
-                        "parked" if spec is not None and not spec.idempotent else "released")
-        except LeaseLost:
-            pass  # it finished (or moved) in the meantime
+        """Past the shutdown timeout: release the procedure, or park it inside a non-idempotent step that began
+        (``policy.interruption``; the settle point logs which)."""
+        outcome = settle(running, Interrupted("still running at the shutdown timeout"))
+        if outcome is not Outcome.LOST:  # lost: it finished (or moved) in the meantime
+            self.stats[_STAT[outcome]] += 1
 
     # -- reporting ------------------------------------------------------------------------
 
@@ -404,4 +393,4 @@ class Worker:
 
 _STAT = {Outcome.COMPLETED: "succeeded", Outcome.SUSPENDED: "suspended", Outcome.RETRIED: "retried",
          Outcome.FAILED: "failed", Outcome.ROLLED_BACK: "rolled_back", Outcome.RELEASED: "released",
-         Outcome.LOST: "lost"}
+         Outcome.LOST: "lost", Outcome.CONTINUED: "continued", Outcome.ROLLING_BACK: "rolling_back"}

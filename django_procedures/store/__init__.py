@@ -2,6 +2,6 @@
 
 Every write about a claimed procedure is a transition in
 :mod:`django_procedures.store.transitions`, fenced on ``(id, lease_token)``
-(``transitions.held_row``); one that matches no row raises
+(:mod:`django_procedures.store.fence`); one that matches no row raises
 :class:`~django_procedures.exceptions.LeaseLost`.
 """

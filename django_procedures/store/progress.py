@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, cast
 from django.db import connection as default_connection
 from django.db.models.sql import UpdateQuery
 
-from django_procedures.store.transitions import held_row
+from django_procedures.store.fence import held_row
 
 if TYPE_CHECKING:
     from django_procedures.store.claim import Claim
@@ -20,7 +20,7 @@ def record(claim: Claim, report: dict[str, Any], at: datetime, *, using: Any = N
     ``using`` is a database connection (``DatabaseWrapper``) other than this
     thread's, so the write commits on its own, outside a step's open
     transaction; by default, this thread's connection. The statement is the
-    fence every claimed-row write uses (:func:`~.transitions.held_row`).
+    fence every claimed-row write uses (:func:`~.fence.held_row`).
     """
     conn = using or default_connection
     query = cast(UpdateQuery, held_row(claim).query.chain(UpdateQuery))  # the stubs say Query

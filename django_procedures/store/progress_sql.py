@@ -4,7 +4,7 @@ Through the ORM that is three statements, three round trips and most of a
 no-op procedure's cost; here it is one ``WITH … UPDATE … RETURNING`` whose
 other parts only act on the row the fenced update matched, so a write that lost
 its lease changes nothing and reports it. Other databases take the ORM path in
-:mod:`django_procedures.store.transitions`.
+:mod:`django_procedures.store.fence`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from django.db.models import Field
 
     from django_procedures.store.claim import Claim
-    from django_procedures.store.transitions import StepRecord
+    from django_procedures.store.fence import StepRecord
 
 _RUN, _STEP, _LEASE = (m._meta.db_table for m in (ProcedureRun, Step, Lease))
 
@@ -77,7 +77,7 @@ def json_param(field: str, value: Any) -> Any:
     return column.get_db_prep_value(value, connection)
 
 
-def write_progress(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str, *,
+def write_checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str, *,
                    complete: bool = False, output: Any = None, progress: dict[str, Any] | None = None) -> bool:
     """Commit ``records`` (at least one) with ``state``: a checkpoint (``next_step`` next) or, with ``complete``,
     the run ``done`` with ``output`` and its lease closed. ``progress``: a held-back progress report, written

@@ -15,102 +15,25 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import F, QuerySet
+from django.db.models import F
 
 from django_procedures import clock, signals
 from django_procedures.conf import conf
-from django_procedures.exceptions import LeaseLost
-from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.models import ProcedureRun, Step
 from django_procedures.policy.retry import FailDecision, RetryDecision
-from django_procedures.policy.status import LEASED, LeaseOutcome, RunStatus, StepStatus
+from django_procedures.policy.status import LeaseOutcome, RunStatus, StepStatus
 from django_procedures.policy.text import clean_text
 from django_procedures.store import progress_sql, tree
 from django_procedures.store.claim import Claim
 from django_procedures.store.db import db_now, is_postgresql, sole_statement
 from django_procedures.store.events import send_after_commit
+from django_procedures.store.fence import LEASE_CLEARED, StepRecord, close_lease, fenced_update, held_row, lost
 from django_procedures.store.final import Ending, finish_one, joined
 from django_procedures.store.notify import notify
 from django_procedures.store.submit import Parent, build_row, insert
 
 if TYPE_CHECKING:
     from django_procedures.procedure import Procedure
-
-_LEASE_CLEARED: dict[str, Any] = {"lease_owner": "", "lease_expires_at": None, "in_unsafe_step": False}
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """A step that ran in this claim: what the ``Step`` row will say."""
-
-    index: int
-    name: str
-    attempt: int
-    started_at: datetime
-    finished_at: datetime
-
-
-# -- the fence ---------------------------------------------------------------------------------
-
-
-def held_row(claim: Claim) -> QuerySet[ProcedureRun]:
-    """The claimed row while ``claim`` still holds it: the fence every write and check of a claim goes through."""
-    return ProcedureRun._writer.filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED)
-
-
-def fenced_update(claim: Claim, *, at_step: int | None = None, **fields: Any) -> None:
-    """Update the claimed row only while this claim still holds it; the one place that raises ``LeaseLost``.
-
-    ``at_step`` also requires the committed step count to be unchanged (a
-    failure decided by another thread must not land after a checkpoint).
-    """
-    rows = held_row(claim)
-    if at_step is not None:
-        rows = rows.filter(step=at_step)
-    if not rows.update(**fields):
-        raise _lost(claim)
-
-
-def _lost(claim: Claim) -> LeaseLost:
-    return LeaseLost(f"procedure {claim.id} is no longer held by lease token {claim.lease_token}")
-
-
-def holds(claim: Claim) -> bool:
-    """Whether this claim still holds the procedure (a read; acting on it still needs a fenced write)."""
-    return held_row(claim).exists()
-
-
-@dataclass(frozen=True)
-class Reloaded:
-    """What :func:`reload` found: whether the claim still holds the procedure, and where it stands."""
-
-    held: bool
-    in_unsafe_step: bool = False
-
-
-def reload(claim: Claim) -> Reloaded:
-    """Re-read the claimed row after the connection was lost, and bring ``claim`` up to date with it.
-
-    The last transaction's COMMIT may or may not have landed: the row says
-    which (a checkpoint that committed has moved ``step`` on). ``held`` is
-    False when the lease moved meanwhile, or the procedure left the running
-    state (it finished, waits or retries: that outcome committed).
-    """
-    row = (held_row(claim)
-           .values("state", "step", "step_name", "attempt", "failures", "lost", "suspension", "in_rollback",
-                   "in_unsafe_step").first())
-    if row is None:
-        return Reloaded(held=False)
-    claim.state, claim.step, claim.step_name = row["state"], row["step"], row["step_name"]
-    claim.attempt, claim.failures, claim.lost = row["attempt"], row["failures"], row["lost"]
-    claim.suspension, claim.in_rollback = row["suspension"], row["in_rollback"]
-    return Reloaded(held=True, in_unsafe_step=row["in_unsafe_step"])
-
-
-def close_lease(procedure_id: Any, token: int, outcome: LeaseOutcome) -> None:
-    Lease._writer.filter(procedure_id=procedure_id, token=token, released_at__isnull=True).update(
-        released_at=db_now(), outcome=outcome
-    )
-
 
 # -- forward progress --------------------------------------------------------------------------
 
@@ -151,7 +74,7 @@ def commit_checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[s
     with joined():
         if is_postgresql():
             with sole_statement(ends_transaction):
-                written = progress_sql.write_progress(claim, records, state, next_step, progress=progress)
+                written = progress_sql.write_checkpoint(claim, records, state, next_step, progress=progress)
         else:
             now = clock.now()
             written = bool(held_row(claim).update(
@@ -160,7 +83,7 @@ def commit_checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[s
             if written:
                 Step._writer.bulk_create(_done_rows(claim, records, state))
         if not written:
-            raise _lost(claim)
+            raise lost(claim)
     _committed(claim, records)
     claim.state, claim.step, claim.step_name = state, records[-1].index + 1, next_step
     claim.attempt, claim.failures, claim.lost = 1, 0, 0
@@ -182,7 +105,7 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
     def write() -> bool:
         if records and is_postgresql():
             with sole_statement(alone):
-                written = progress_sql.write_progress(claim, records, state, "", complete=True, output=output,
+                written = progress_sql.write_checkpoint(claim, records, state, "", complete=True, output=output,
                                                       progress=progress)
             if not written:
                 return False
@@ -200,7 +123,7 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
         return True
 
     if not finish_one(ending, write, failed=False, signal=signals.procedure_done):
-        raise _lost(claim)
+        raise lost(claim)
 
 
 def child_rows(claim: Claim, children: Sequence[Procedure]) -> list[ProcedureRun]:
@@ -231,7 +154,7 @@ def suspend(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], 
     with joined():
         fenced_update(claim, status=RunStatus.WAITING, state=state, step=records[-1].index + 1, step_name=next_step,
                       attempt=1, failures=0, lost=0, pending_children=len(rows), suspension=suspension,
-                      **_LEASE_CLEARED, **_progress_fields(progress, clock.now()))
+                      **LEASE_CLEARED, **_progress_fields(progress, clock.now()))
         Step._writer.bulk_create(_done_rows(claim, records, state))
         insert(list(rows))
         close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
@@ -261,14 +184,14 @@ def take_stock(claim: Claim) -> tree.Stock:
     with joined():
         pending = held_row(claim).select_for_update().values_list("pending_children", flat=True).first()
         if pending is None:
-            raise _lost(claim)
+            raise lost(claim)
         unfinished = tree.unfinished_child(claim.id, claim.suspension)
         stock = tree.stock(claim.id, claim.suspension, unfinished=unfinished)
         if stock.verdict == "continue" and pending:
             fenced_update(claim, pending_children=0)
         elif stock.verdict == "waiting":
             left = tree.unfinished_count(claim.id, claim.suspension)
-            fenced_update(claim, status=RunStatus.WAITING, pending_children=left, **_LEASE_CLEARED)
+            fenced_update(claim, status=RunStatus.WAITING, pending_children=left, **LEASE_CLEARED)
             close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
     return stock
 
@@ -316,14 +239,14 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
         with joined():
             fenced_update(claim, at_step=at_step, status=RunStatus.RETRYING, run_at=decision.run_at,
                           failures=decision.failures, attempt=claim.attempt + 1, error=error, traceback=traceback,
-                          **_LEASE_CLEARED)
+                          **LEASE_CLEARED)
             if record is not None:
                 _failed_step(claim, record, error, traceback)
             close_lease(claim.id, claim.lease_token, LeaseOutcome.RETRIED)
         send_after_commit(signals.procedure_retrying, procedure_id=claim.id, type_name=claim.type_name, error=error)
         return
     if rollback:
-        lease = {"status": RunStatus.READY, "run_at": clock.now(), **_LEASE_CLEARED} if hand_off else {
+        lease = {"status": RunStatus.READY, "run_at": clock.now(), **LEASE_CLEARED} if hand_off else {
             "status": RunStatus.ROLLING_BACK, "in_unsafe_step": False}
         with joined():
             fenced_update(claim, at_step=at_step, in_rollback=True, failures=0, lost=0, attempt=1, error=error,
@@ -343,7 +266,7 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
         fenced_update(claim, at_step=at_step, status=RunStatus.FAILED, failures=claim.failures + tried,
                       attempt=claim.attempt + tried, error=error, traceback=traceback, failed_step=failed_step,
                       failure_can_retry=decision.manual_retry, finished_at=clock.now(), pending_children=0,
-                      **_LEASE_CLEARED)
+                      **LEASE_CLEARED)
         if record is not None:
             _failed_step(claim, record, error, traceback)
         tree.cancel_subtree(claim.id, f"cancelled: ancestor {claim.id} failed", include_self=False)
@@ -393,7 +316,7 @@ def park_interrupted(claim: Claim, step_name: str, *, lost: LostAttempt | None =
             return False
         rows.update(status=RunStatus.FAILED, error=error, traceback="", failed_step=claim.step_name,
                     failure_can_retry=True, finished_at=lost.finished_at, attempt=F("attempt") + 1,
-                    lost=F("lost") + 1, lease_token=F("lease_token") + 1, pending_children=0, **_LEASE_CLEARED)
+                    lost=F("lost") + 1, lease_token=F("lease_token") + 1, pending_children=0, **LEASE_CLEARED)
         tree.cancel_subtree(claim.id, f"cancelled: ancestor {claim.id} failed", include_self=False)
         record_lost_attempt(claim, lost)
         return True
@@ -405,7 +328,7 @@ def finish_rollback(claim: Claim, record: StepRecord) -> None:
     """The rollback succeeded: ``rolled_back``, final."""
     def write() -> bool:
         fenced_update(claim, status=RunStatus.ROLLED_BACK, finished_at=clock.now(), rollback_error="",
-                      **_LEASE_CLEARED)
+                      **LEASE_CLEARED)
         Step._writer.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
                             status=StepStatus.DONE, lease_token=claim.lease_token, started_at=record.started_at,
                             finished_at=record.finished_at)
@@ -421,7 +344,7 @@ def fail_rollback(claim: Claim, record: StepRecord, error: str, decision: RetryD
     if isinstance(decision, RetryDecision):
         with joined():
             fenced_update(claim, status=RunStatus.RETRYING, run_at=decision.run_at, failures=decision.failures,
-                          attempt=claim.attempt + 1, rollback_error=error, **_LEASE_CLEARED)
+                          attempt=claim.attempt + 1, rollback_error=error, **LEASE_CLEARED)
             _failed_step(claim, record, error)
             close_lease(claim.id, claim.lease_token, LeaseOutcome.RETRIED)
         return
@@ -429,7 +352,7 @@ def fail_rollback(claim: Claim, record: StepRecord, error: str, decision: RetryD
     def write() -> bool:
         fenced_update(claim, status=RunStatus.FAILED, failures=claim.failures + 1, attempt=claim.attempt + 1,
                       rollback_error=error, finished_at=clock.now(), pending_children=0,
-                      failure_can_retry=decision.manual_retry, **_LEASE_CLEARED)
+                      failure_can_retry=decision.manual_retry, **LEASE_CLEARED)
         _failed_step(claim, record, error)
         close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
         return True
@@ -440,10 +363,10 @@ def fail_rollback(claim: Claim, record: StepRecord, error: str, decision: RetryD
 # -- giving the procedure back -----------------------------------------------------------------
 
 
-def release(claim: Claim) -> None:
+def give_back(claim: Claim) -> None:
     """Give the procedure back as ``ready`` without counting an attempt; any late write is fenced out."""
     with joined():
-        fenced_update(claim, status=RunStatus.READY, lease_token=F("lease_token") + 1, **_LEASE_CLEARED)
+        fenced_update(claim, status=RunStatus.READY, lease_token=F("lease_token") + 1, **LEASE_CLEARED)
         close_lease(claim.id, claim.lease_token, LeaseOutcome.RELEASED)
         notify([claim.queue])
     send_after_commit(signals.procedure_released, procedure_id=claim.id, type_name=claim.type_name)

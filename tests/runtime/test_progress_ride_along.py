@@ -15,7 +15,7 @@ from django_procedures.models import ProcedureRun
 from django_procedures.runtime.executor import RunningClaim, execute
 from django_procedures.store import operations, transitions
 from django_procedures.store.claim import claim
-from django_procedures.store.transitions import StepRecord
+from django_procedures.store.fence import StepRecord
 from testproject.testapp.procedures import Leaf
 from tests.store.test_sibling_completion import Statements
 

@@ -34,7 +34,7 @@ def test_the_last_resort_records_a_failed_attempt_under_the_retry_policy():
 def test_the_last_resort_leaves_alone_a_claim_it_no_longer_holds():
     handle = ThreeSteps.submit({})
     running = claimed()
-    transitions.release(running.claim)
+    transitions.give_back(running.claim)
 
     assert record_crash(running, SystemExit(1), "") == Outcome.LOST
     run = ProcedureRun.objects.get(id=handle.id)

@@ -174,7 +174,7 @@ def test_the_documented_pace_of_the_pass():
         500, 0.05, 10_000, 0.1, 0.1, 1.0, 60.0)
     from types import SimpleNamespace
 
-    from django_procedures.runtime.worker import Worker as WorkerLoop
+    from django_procedures.runtime.worker import WorkerRuntime as WorkerLoop
 
     config = SimpleNamespace(sweep_seconds=5.0, stats_seconds=60.0, tick_seconds=1.0, with_scheduler=False)
     loop = SimpleNamespace(config=config, _log_stats=lambda *args: None)

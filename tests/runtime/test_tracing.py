@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from django_procedures import Procedure, RetryPolicy, step
 from django_procedures.models import ProcedureRun
 from django_procedures.runtime import observe, tracing
-from django_procedures.runtime.worker import Worker, resolve_config
+from django_procedures.runtime.worker import WorkerRuntime, resolve_config
 from django_procedures.testing import isolated_registry
 from testproject.testapp import tasks
 from testproject.testapp.procedures import Parent, Refuses, ThreeSteps
@@ -40,7 +40,7 @@ def exported(monkeypatch, settings):
 
 
 def run_worker() -> None:
-    Worker(resolve_config(concurrency=1, burst=True, lease_seconds=10, shutdown_timeout=5)).run()
+    WorkerRuntime(resolve_config(concurrency=1, burst=True, lease_seconds=10, shutdown_timeout=5)).run()
 
 
 def by_name(exporter):

@@ -14,7 +14,7 @@ from django_procedures.policy.prefetch import GIVE_BACK_SECONDS
 from django_procedures.runtime import worker as worker_module
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute
 from django_procedures.runtime.shutdown import graceful_signals
-from django_procedures.runtime.worker import Worker, resolve_config
+from django_procedures.runtime.worker import WorkerRuntime, resolve_config
 from django_procedures.store.claim import claim
 from testproject.testapp.procedures import ThreeSteps
 
@@ -35,7 +35,7 @@ def test_a_sweep_slower_than_its_interval_is_not_run_again_before_the_next_claim
 
     monkeypatch.setattr(worker_module, "maintain", slow_maintain)
     ThreeSteps.submit_many([{"sleep": {"one": 0.1}} for _ in range(15)])  # 1.5 s of work at least
-    Worker(resolve_config(concurrency=1, burst=True, lease_seconds=10, shutdown_timeout=5)).run()
+    WorkerRuntime(resolve_config(concurrency=1, burst=True, lease_seconds=10, shutdown_timeout=5)).run()
 
     assert set(ProcedureRun.objects.values_list("status", flat=True)) == {"done"}
     gaps = [later[0] - earlier[1] for earlier, later in itertools.pairwise(sweeps)]
@@ -50,7 +50,7 @@ def test_a_claim_cancelled_while_it_waited_for_a_thread_is_counted_lost_and_logg
     caplog.set_level(logging.INFO, logger="django_procedures.worker")
     settings.PROCEDURES = {"LISTEN_NOTIFY": False}
     handle = ThreeSteps.submit({})
-    worker = Worker(resolve_config(concurrency=1, lease_seconds=30))  # its threads are not started
+    worker = WorkerRuntime(resolve_config(concurrency=1, lease_seconds=30))  # its threads are not started
     try:
         assert worker._claim(1) == 1  # held, waiting for a thread (as a claim ahead of the threads waits)
         handle.cancel(by="test")
@@ -91,7 +91,7 @@ def test_a_claim_that_got_fewer_than_it_asked_for_is_not_followed_at_once_by_ano
 
     monkeypatch.setattr(worker_module, "claim", counted)
     ThreeSteps.submit()
-    Worker(resolve_config(concurrency=4, burst=True, lease_seconds=10, shutdown_timeout=5)).run()
+    WorkerRuntime(resolve_config(concurrency=4, burst=True, lease_seconds=10, shutdown_timeout=5)).run()
 
     assert set(ProcedureRun.objects.values_list("status", flat=True)) == {"done"}
     # The claim that got it; then, once it finished and woke the loop, the one that found the queue empty.
@@ -106,7 +106,7 @@ def test_the_signal_handler_waits_for_no_lock_the_main_thread_holds(settings):
     non-reentrant lock inside the worker's stop Event (as within ``Event.wait()``). A handler that set the Event
     there waited for ever; a watchdog thread releases the lock after 10 s so that this test fails instead."""
     settings.PROCEDURES = {"LISTEN_NOTIFY": False}
-    worker = Worker(resolve_config(concurrency=1, lease_seconds=30))  # its threads are not started
+    worker = WorkerRuntime(resolve_config(concurrency=1, lease_seconds=30))  # its threads are not started
     held = worker._stopping._cond._lock  # CPython's Event: a Condition over a plain Lock
     handled, blocked = threading.Event(), []
 

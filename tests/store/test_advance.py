@@ -5,7 +5,7 @@ from django.db.models import F
 
 from django_procedures.exceptions import LeaseLost
 from django_procedures.models import Lease, ProcedureRun, Step
-from django_procedures.store import db, transitions
+from django_procedures.store import db, fence, transitions
 from django_procedures.store.claim import claim
 from django_procedures.store.db import text_array
 from testproject.testapp.procedures import ThreeSteps
@@ -23,7 +23,7 @@ def records(c, *names):
     from django_procedures import clock
 
     now = clock.now()
-    return [transitions.StepRecord(c.step + i, name, 1, now, now) for i, name in enumerate(names)]
+    return [fence.StepRecord(c.step + i, name, 1, now, now) for i, name in enumerate(names)]
 
 
 def steal(c):

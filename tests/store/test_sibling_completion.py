@@ -16,8 +16,8 @@ from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.runtime.executor import RunningClaim, execute
 from django_procedures.store import db, transitions
 from django_procedures.store.claim import claim
+from django_procedures.store.fence import StepRecord
 from django_procedures.store.maintenance import maintain
-from django_procedures.store.transitions import StepRecord
 from django_procedures.testing import drain
 from testproject.testapp.procedures import Leaf, Parent
 from tests.runtime.processes import wait_for

@@ -266,7 +266,7 @@ def test_a_worker_lost_too_often_during_the_rollback_keeps_both_errors():
     from django_procedures.store import transitions
 
     transitions.fail_attempt(c, None, "NonRetryable: the supplier said no", "", FailDecision("x", True), rollback=True)
-    transitions.release(c)
+    transitions.give_back(c)
     ProcedureRun._writer.filter(id=handle.id).update(lost=Compensated.retry.max_lost)
     drain()
     run = ProcedureRun.objects.get(id=handle.id)

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_procedures.exceptions import ProceduresNotMigrated
 from django_procedures.policy.worker_config import WorkerConfigError
-from django_procedures.runtime.worker import Worker, resolve_config
+from django_procedures.runtime.worker import WorkerRuntime, resolve_config
 
 
 class Command(BaseCommand):
@@ -50,7 +50,7 @@ class Command(BaseCommand):
                                     with_scheduler=options["with_scheduler"])
         except WorkerConfigError as error:
             raise CommandError(f"cannot start a worker: {error}") from None
-        worker = Worker(config)
+        worker = WorkerRuntime(config)
         freeze_start_up_heap()
         try:
             if options["metrics_port"] is None:
@@ -77,7 +77,7 @@ def freeze_start_up_heap() -> int:
 
 
 @contextmanager
-def serving_metrics(worker: Worker, host: str, port: int) -> Iterator[None]:
+def serving_metrics(worker: WorkerRuntime, host: str, port: int) -> Iterator[None]:
     """Count the worker's metrics and serve them while the block runs; a port in use is a ``CommandError``."""
     from django_procedures.runtime import metrics, observe
 

@@ -1,0 +1,114 @@
+"""How a claim's attempt ended: the values the executor, the hooks, the heartbeat and the worker hand to
+:func:`django_procedures.runtime.settle.settle`, which writes each with one store call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django_procedures.models import ProcedureRun
+from django_procedures.policy.retry import FailDecision, RetryDecision
+from django_procedures.store.fence import StepRecord
+
+
+@dataclass(frozen=True)
+class Continued:
+    """Steps ended and the procedure goes on at ``next_step``: a checkpoint."""
+
+    records: tuple[StepRecord, ...]
+    state: dict[str, Any]
+    next_step: str
+    #: Whether a lost write may simply be run again (the first step since the last checkpoint was idempotent).
+    safe: bool = True
+
+
+@dataclass(frozen=True)
+class Completed:
+    """The last steps ended and the procedure is ``done`` with ``output``."""
+
+    records: tuple[StepRecord, ...]
+    state: dict[str, Any]
+    output: Any
+    safe: bool = True
+
+
+@dataclass(frozen=True)
+class Suspended:
+    """A step returned children (``rows``, built and checked): the procedure waits for them."""
+
+    records: tuple[StepRecord, ...]
+    state: dict[str, Any]
+    next_step: str
+    rows: tuple[ProcedureRun, ...]
+    safe: bool = True
+
+
+@dataclass(frozen=True)
+class Failed:
+    """An attempt failed (``record``; None when no step ran): retried or failed for good per ``decision``.
+
+    ``rollback``: the procedure rolls back instead of ending ``failed``;
+    ``hand_off``: the lease ends and the rollback is left to the next claim
+    (the step's thread is still busy). ``at_step`` fences the write on the
+    committed step count (a timeout decided by the heartbeat).
+    """
+
+    record: StepRecord | None
+    error: str
+    trace: str
+    decision: RetryDecision | FailDecision
+    rollback: bool = False
+    hand_off: bool = False
+    at_step: int | None = None
+    exception: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    """``rollback(ctx)`` succeeded: ``rolled_back``."""
+
+    record: StepRecord
+
+
+@dataclass(frozen=True)
+class RollbackFailed:
+    """``rollback(ctx)`` failed: tried again later, or ``failed`` with both errors."""
+
+    record: StepRecord
+    error: str
+    decision: RetryDecision | FailDecision
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """The worker stops the claim (shutdown, ``ensure_active()``): it goes back, or is parked.
+
+    ``why`` is for the log. Whether it is parked is :func:`~.policy.interruption.after_interruption`'s
+    call, from the claim as it stands when it is settled.
+    """
+
+    why: str
+    #: A claim given back unstarted (it waited too long for a thread) is routine: logged at DEBUG.
+    routine: bool = False
+
+
+@dataclass(frozen=True)
+class Parked:
+    """A non-idempotent step may or may not have taken effect (its connection was lost): parked ``failed``."""
+
+    step_name: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Lost:
+    """The lease is gone (taken over, cancelled, renewal timed out): nothing is written."""
+
+    why: str
+
+
+Ended = Continued | Completed | Suspended | Failed | RolledBack | RollbackFailed | Interrupted | Parked | Lost
+
+
+__all__ = ["Completed", "Continued", "Ended", "Failed", "Interrupted", "Lost", "Parked", "RollbackFailed",
+           "RolledBack", "Suspended"]

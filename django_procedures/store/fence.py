@@ -1,0 +1,93 @@
+"""The fence: every write and check about a claimed run matches ``(id, lease_token)`` while the run is leased.
+
+:func:`fenced_update` is the one place that raises ``LeaseLost``; :func:`reload`
+re-reads a claim after a lost connection; :func:`close_lease` ends a ``Lease`` row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import QuerySet
+
+from django_procedures.exceptions import LeaseLost
+from django_procedures.models import Lease, ProcedureRun
+from django_procedures.policy.status import LEASED, LeaseOutcome
+from django_procedures.store.claim import Claim
+from django_procedures.store.db import db_now
+
+#: What ending a lease clears on the run's row.
+LEASE_CLEARED: dict[str, Any] = {"lease_owner": "", "lease_expires_at": None, "in_unsafe_step": False}
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """A step that ran in this claim: what the ``Step`` row will say."""
+
+    index: int
+    name: str
+    attempt: int
+    started_at: datetime
+    finished_at: datetime
+
+
+def held_row(claim: Claim) -> QuerySet[ProcedureRun]:
+    """The claimed row while ``claim`` still holds it: the fence every write and check of a claim goes through."""
+    return ProcedureRun._writer.filter(id=claim.id, lease_token=claim.lease_token, status__in=LEASED)
+
+
+def fenced_update(claim: Claim, *, at_step: int | None = None, **fields: Any) -> None:
+    """Update the claimed row only while this claim still holds it; the one place that raises ``LeaseLost``.
+
+    ``at_step`` also requires the committed step count to be unchanged (a
+    failure decided by another thread must not land after a checkpoint).
+    """
+    rows = held_row(claim)
+    if at_step is not None:
+        rows = rows.filter(step=at_step)
+    if not rows.update(**fields):
+        raise lost(claim)
+
+
+def lost(claim: Claim) -> LeaseLost:
+    return LeaseLost(f"procedure {claim.id} is no longer held by lease token {claim.lease_token}")
+
+
+def holds(claim: Claim) -> bool:
+    """Whether this claim still holds the procedure (a read; acting on it still needs a fenced write)."""
+    return held_row(claim).exists()
+
+
+@dataclass(frozen=True)
+class Reloaded:
+    """What :func:`reload` found: whether the claim still holds the procedure, and where it stands."""
+
+    held: bool
+    in_unsafe_step: bool = False
+
+
+def reload(claim: Claim) -> Reloaded:
+    """Re-read the claimed row after the connection was lost, and bring ``claim`` up to date with it.
+
+    The last transaction's COMMIT may or may not have landed: the row says
+    which (a checkpoint that committed has moved ``step`` on). ``held`` is
+    False when the lease moved meanwhile, or the procedure left the running
+    state (it finished, waits or retries: that outcome committed).
+    """
+    row = (held_row(claim)
+           .values("state", "step", "step_name", "attempt", "failures", "lost", "suspension", "in_rollback",
+                   "in_unsafe_step").first())
+    if row is None:
+        return Reloaded(held=False)
+    claim.state, claim.step, claim.step_name = row["state"], row["step"], row["step_name"]
+    claim.attempt, claim.failures, claim.lost = row["attempt"], row["failures"], row["lost"]
+    claim.suspension, claim.in_rollback = row["suspension"], row["in_rollback"]
+    return Reloaded(held=True, in_unsafe_step=row["in_unsafe_step"])
+
+
+def close_lease(procedure_id: Any, token: int, outcome: LeaseOutcome) -> None:
+    Lease._writer.filter(procedure_id=procedure_id, token=token, released_at__isnull=True).update(
+        released_at=db_now(), outcome=outcome
+    )
