@@ -20,6 +20,7 @@ from django_procedures.models import ProcedureRun
 from django_procedures.policy import options
 from django_procedures.policy.ids import new_id
 from django_procedures.policy.state import check_state, dumps, find_problem
+from django_procedures.policy.status import FINAL
 from django_procedures.store.db import is_postgresql
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
@@ -55,12 +56,20 @@ def _parent(parent: Any) -> Parent | None:
     except ValueError:
         raise TypeError("parent must be a ProcedureHandle, a ProcedureRun or a procedure id (a UUID); "
                         f"got {type(parent).__name__} {parent!r}") from None
-    # Written, not only read, in the transaction that inserts the children: PostgreSQL does not check a child's
-    # parent_id, and a prune that started before this commits finds the parent changed and keeps its tree whole
-    # (store/retention.py); one that deleted the parent first leaves nothing to write (docs/scaling.md, "Foreign
-    # keys"). The row lock is held until the caller's transaction ends.
-    if not ProcedureRun._writer.filter(id=parent_id).update(pending_children=F("pending_children")):
-        raise ValueError(f"parent procedure {parent_id} does not exist")
+    # Written, not only read, in the transaction that inserts the children, and only while unfinished: a cancel
+    # locks a tree top-down and reads each level's children under their parents' locks (store/tree.py), and a
+    # prune deletes only finished trees; PostgreSQL does not check a child's parent_id, and a prune that deleted
+    # the parent first leaves nothing to write (docs/scaling.md, "Foreign keys"). The row lock is held until the
+    # caller's transaction ends.
+    while not ProcedureRun._writer.filter(id=parent_id).exclude(status__in=FINAL).update(
+            pending_children=F("pending_children")):
+        status = ProcedureRun._writer.filter(id=parent_id).values_list("status", flat=True).first()
+        if status is None:
+            raise ValueError(f"parent procedure {parent_id} does not exist")
+        if status in FINAL:
+            raise ValueError(f"parent procedure {parent_id} is {status}: children can only be added to a procedure "
+                             "that is not final (not done, failed, rolled_back or cancelled)")
+        # Final when written, not any more when read: a retry committed in between; write it again.
     row = ProcedureRun._writer.filter(id=parent_id).values("root_id", "depth").get()
     return Parent(parent_id, row["root_id"] or parent_id, row["depth"])
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Exists, F, OuterRef
 
 from django_procedures import clock, signals
 from django_procedures.models import Lease, ProcedureRun
@@ -218,31 +217,37 @@ def stock(parent_id: uuid.UUID, suspension: int, *, unfinished: bool) -> Stock:
     return Stock("waiting" if unfinished else "continue", children)
 
 
-def subtree(procedure_id: uuid.UUID) -> list[uuid.UUID]:
-    """``procedure_id`` and all its descendants."""
-    root = ProcedureRun._writer.filter(id=procedure_id).values_list("root_id", flat=True).first() or procedure_id
-    children: dict[Any, list[Any]] = defaultdict(list)
-    for pid, parent in ProcedureRun._writer.filter(Q(root_id=root) | Q(id=root)).values_list("id", "parent_id"):
-        children[parent].append(pid)
-    found, stack = [], [procedure_id]
-    while stack:
-        current = stack.pop()
-        found.append(current)
-        stack.extend(children.get(current, ()))
+def lock_subtree(procedure_id: uuid.UUID) -> list[uuid.UUID]:
+    """Lock ``procedure_id`` and all its descendants, top-down; returns them, ancestors first.
+
+    Each level's children are read once their parents are locked, so the set is
+    closed: children are only ever inserted by a transaction that holds their
+    parent's row (a suspension's fenced write, ``submit(parent=...)``'s write),
+    so a child committed before the lock is read here, and one inserted after
+    is refused (the parent is final by then, or its lease token moved on).
+    Reading the whole tree first and locking it after missed the children of a
+    suspension committing in between. Level by level, by id within a level, is
+    the lock order (ancestors before descendants, then by id).
+    """
+    level = list(ProcedureRun._writer.select_for_update().filter(id=procedure_id).values_list("id", flat=True))
+    found = list(level)
+    while level:
+        level = list(ProcedureRun._writer.select_for_update().filter(parent_id__in=level).order_by("id")
+                     .values_list("id", flat=True))
+        found.extend(level)
     return found
 
 
 def cancel_subtree(procedure_id: uuid.UUID, reason: str, *, include_self: bool = True) -> list[uuid.UUID]:
     """Cancel every unfinished member of the subtree, fencing out running ones by bumping their lease token.
 
-    Runs in the caller's transaction; rows are locked in the lock order.
+    Runs in the caller's transaction; rows are locked in the lock order (:func:`lock_subtree`).
     """
-    members = subtree(procedure_id)
+    members = lock_subtree(procedure_id)
     if not include_self:
         members = [m for m in members if m != procedure_id]
     if not members:
         return []
-    lock_rows(members)
     unfinished = list(ProcedureRun._writer.filter(id__in=members).exclude(status__in=FINAL)
                       .values_list("id", "type_name"))
     ids = [pid for pid, _ in unfinished]

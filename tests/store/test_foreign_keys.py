@@ -118,26 +118,26 @@ def test_a_member_retried_and_run_to_its_end_while_the_prune_waits_keeps_its_tre
     assert orphans() == {} and not Step.objects.exists() and not Lease.objects.exists()
 
 
-def test_a_child_submitted_under_a_member_while_the_prune_waits_keeps_its_tree():
+def test_a_child_submitted_under_a_finished_member_while_the_prune_waits_is_refused_and_the_tree_goes_whole():
     root = old()
     child = old(parent=root)
-    with transaction.atomic():
-        ProcedureRun._writer.select_for_update().get(id=child.id)
-        pruning = InThread(lambda: retention.prune_batch(cutoff(), batch_size=10))
-        wait_blocked(1, "the prune to wait for the child's row")
-        grandchild = Leaf.submit({"n": 1}, parent=child.id)
-    assert pruning.join() == retention.PruneBatch()  # with the constraints: IntegrityError at its commit
-    assert ProcedureRun.objects.filter(id__in=[root.id, child.id, grandchild.id]).count() == 3
-    assert orphans() == {}
+    with pytest.raises(ValueError, match=f"parent procedure {child.id} is done: children can only be added"):
+        with transaction.atomic():
+            ProcedureRun._writer.select_for_update().get(id=child.id)
+            pruning = InThread(lambda: retention.prune_batch(cutoff(), batch_size=10))
+            wait_blocked(1, "the prune to wait for the child's row")
+            Leaf.submit({"n": 1}, parent=child.id)  # a finished member takes no new child
+    assert pruning.join().procedures == 2
+    assert not ProcedureRun.objects.exists() and orphans() == {}
 
 
-def test_a_child_submitted_under_a_parent_a_prune_deleted_is_refused():
+def test_a_child_submitted_under_a_parent_a_prune_deletes_is_refused():
     root = old()
     with transaction.atomic():
         assert retention.prune_batch(cutoff(), batch_size=10).trees == 1
-        # The submit waits for the prune's row lock, then finds nothing to write.
-        submitting = InThread(lambda: Leaf.submit({"n": 1}, parent=root.id))
-        wait_blocked(1, "the submit to wait for the parent's row")
+        # A pruned tree is finished: the submit refuses its parent without waiting for the prune's row lock.
+        with pytest.raises(ValueError, match=f"parent procedure {root.id} is done"):
+            InThread(lambda: Leaf.submit({"n": 1}, parent=root.id)).join()
     with pytest.raises(ValueError, match="does not exist"):
-        submitting.join()
+        Leaf.submit({"n": 1}, parent=root.id)
     assert not ProcedureRun.objects.exists() and orphans() == {}

@@ -164,6 +164,18 @@ def test_a_bad_parent_is_refused_saying_what_to_pass():
     assert get_handle(child.id) == child
 
 
+@pytest.mark.parametrize("status", ["done", "failed", "rolled_back", "cancelled"])
+def test_a_final_parent_is_refused_naming_its_status(status):
+    parent = Leaf.submit({})
+    ProcedureRun._writer.filter(id=parent.id).update(status=status)
+    words = f"parent procedure {parent.id} is {status}: children can only be added to a procedure that is not final"
+    with pytest.raises(ValueError, match=words):
+        Leaf.submit({}, parent=parent)
+    with pytest.raises(ValueError, match=words):
+        Leaf.submit_many([{}, {}], parent=parent.id)
+    assert list(ProcedureRun.objects.values_list("id", flat=True)) == [parent.id]
+
+
 def test_submit_many_refuses_one_dict_or_a_string_of_keys():
     with pytest.raises(TypeError, match="takes a list of states"):
         Leaf.submit_many({"n": 1})
