@@ -83,7 +83,10 @@ class TreeRetry:
             parts.append(f"retries {failed} failed {'child' if failed == 1 else 'children'}")
         if resumed:
             parts.append(f"resumes {resumed} {'child' if resumed == 1 else 'children'} cancelled by its failure")
-        return " and ".join(parts) + (", and" if resumed else " and") + " waits for them" if parts else ""
+        if not parts:
+            return ""
+        return " and ".join(parts) + (", and" if resumed else " and") + (
+            " waits for it" if len(self.descendants) == 1 else " waits for them")
 
 
 def _child_refusal(child: Member, anchor: Any) -> str | None:
