@@ -181,7 +181,8 @@ class ProcedureHandle:
         """Retry a failed procedure from its last checkpoint (see ``store.operations.retry``).
 
         A child is retried only while its parent waits for it, and a scheduled run only into a free slot;
-        otherwise ``InvalidOperation`` says why and what to do instead.
+        a parent failed by its children retries them with it and waits for them; otherwise
+        ``InvalidOperation`` says why and what to do instead.
         """
         from django_procedures.store import operations
 

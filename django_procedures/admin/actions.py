@@ -17,6 +17,7 @@ from django_procedures.admin.reads import step_total, subtrees
 from django_procedures.exceptions import InvalidOperation
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.policy.status import FINAL, RunStatus
+from django_procedures.policy.tree_retry import Revival
 from django_procedures.store import operations
 
 # -- retry -------------------------------------------------------------------------------------
@@ -29,62 +30,74 @@ class RetryPlanItem:
     run: ProcedureRun
     will_retry: bool
     change: str
+    #: The descendants retried with it (a parent failed by its children), parents before their children.
+    children: tuple[Revival, ...] = ()
 
 
 def plan_retry(runs: Iterable[ProcedureRun]) -> list[RetryPlanItem]:
     """What "retry" would do to each of ``runs``: only failed, manually retryable ones change.
 
-    The store's own rule decides (``operations.retry_refusal``): a child is
-    retried only while its parent waits on the suspension that started it,
-    and then counts as pending for that parent again; a run of a schedule only
-    while the schedule has a free slot, which it then holds again.
+    The store's own rules decide (``operations.retry_refusal`` and
+    ``operations.tree_plan``): a child is retried only while its parent waits
+    on the suspension that started it, and then counts as pending for that
+    parent again; a run of a schedule only while the schedule has a free slot,
+    which it then holds again; a parent failed by its children retries them
+    with it and waits for them, or is refused if one of them cannot come back.
     """
     runs = list(runs)
     parents = operations.parents_of(runs)
     schedules = Schedule.objects.in_bulk({r.schedule_id for r in runs if r.schedule_id is not None})
-    items = []
-    for run in runs:
-        parent, schedule = parents.get(run.parent_id), schedules.get(run.schedule_id)
-        if run.status != RunStatus.FAILED:
-            items.append(RetryPlanItem(run, False, f"left alone: it is {run.status.replace('_', ' ')}; "
-                                                   "only failed procedures can be retried"))
-        elif not run.failure_can_retry:
-            items.append(RetryPlanItem(run, False, "left alone: its failure is marked not worth a manual retry"))
-        elif refusal := operations.retry_refusal(run, parent, schedule):
-            items.append(RetryPlanItem(run, False, f"left alone: {refusal}"))
-        else:
-            total, machine = step_total(run.type_name)
-            at = step_label(run.step, run.step_name, total, machine=machine) if run.step_name else "its last step"
-            change = f"failed → ready: resumes at {at} from its last checkpoint, with a fresh retry budget"
-            if parent is not None:
-                change += (f"; its parent {parent.type_name} {parent.id} waits for it again (the parent goes on "
-                           "only once it finishes, and a new failure is reported to the parent again)")
-            if schedule is not None:
-                change += (f"; it holds a slot of schedule {schedule.name!r} again "
-                           f"({schedule.active_runs + 1} of {schedule.max_concurrency} active)")
-            items.append(RetryPlanItem(run, True, change))
-    return items
+    return [_retry_item(run, parents.get(run.parent_id), schedules.get(run.schedule_id)) for run in runs]
+
+
+def _retry_item(run: ProcedureRun, parent: Any, schedule: Schedule | None) -> RetryPlanItem:
+    if run.status != RunStatus.FAILED:
+        return RetryPlanItem(run, False, f"left alone: it is {run.status.replace('_', ' ')}; "
+                                         "only failed procedures can be retried")
+    if not run.failure_can_retry:
+        return RetryPlanItem(run, False, "left alone: its failure is marked not worth a manual retry")
+    tree = operations.tree_plan(run)
+    refusal = operations.retry_refusal(run, parent, schedule) or tree.refusal
+    if refusal:
+        return RetryPlanItem(run, False, f"left alone: {refusal}")
+    total, machine = step_total(run.type_name)
+    at = step_label(run.step, run.step_name, total, machine=machine) if run.step_name else "its last step"
+    change = f"failed → ready: resumes at {at} from its last checkpoint, with a fresh retry budget"
+    if tree.descendants:
+        change = (f"failed → waiting: {tree.describe()}; once they finish it resumes at {at} from its last "
+                  "checkpoint, with a fresh retry budget")
+    if parent is not None:
+        change += (f"; its parent {parent.type_name} {parent.id} waits for it again (the parent goes on "
+                   "only once it finishes, and a new failure is reported to the parent again)")
+    if schedule is not None:
+        change += (f"; it holds a slot of schedule {schedule.name!r} again "
+                   f"({schedule.active_runs + 1} of {schedule.max_concurrency} active)")
+    return RetryPlanItem(run, True, change, tree.descendants)
 
 
 @dataclass(frozen=True)
 class RetryReport:
-    """What ``retry_procedures`` did: the ids made ready, and the ones refused with the store's reason."""
+    """What ``retry_procedures`` did: the ids retried, the ones refused with the store's reason, and for each
+    retried parent failed by its children the descendants retried with it."""
 
     retried: tuple[uuid.UUID, ...] = ()
     refused: tuple[tuple[uuid.UUID, str], ...] = ()
+    descendants: dict[uuid.UUID, tuple[uuid.UUID, ...]] = field(default_factory=dict)
 
 
 def retry_procedures(ids: Sequence[uuid.UUID], *, by: str) -> RetryReport:
     """Retry each procedure through ``store.operations.retry``; a refusal is reported, not raised."""
-    retried, refused = [], []
+    retried, refused, descendants = [], [], {}
     for pid in ids:
         try:
-            operations.retry(pid, by=by)
+            tree = operations.retry(pid, by=by)
         except InvalidOperation as error:
             refused.append((pid, str(error)))
         else:
             retried.append(pid)
-    return RetryReport(tuple(retried), tuple(refused))
+            if tree.descendants:
+                descendants[pid] = tuple(r.member.id for r in tree.descendants)
+    return RetryReport(tuple(retried), tuple(refused), descendants)
 
 
 # -- cancel ------------------------------------------------------------------------------------

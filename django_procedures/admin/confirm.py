@@ -22,11 +22,18 @@ def _plan_retry(request: HttpRequest, runs: list[ProcedureRun]) -> Plan:
 
 def _retry(request: HttpRequest, runs: list[ProcedureRun]) -> Outcome:
     report = actions.retry_procedures([r.id for r in runs], by=operator(request))
-    n = len(report.retried)
+    n, below = len(report.retried), sum(len(ids) for ids in report.descendants.values())
     done = ngettext("Retried %(count)d procedure; it is ready again.",
                     "Retried %(count)d procedures; they are ready again.", n) % {"count": n}
+    if below:  # a parent failed by its children waits for them instead
+        done = ngettext("Retried %(count)d procedure", "Retried %(count)d procedures", n) % {"count": n} + " " + (
+            ngettext("with %(below)d sub-procedure that failed it; a parent waits for what it retried.",
+                     "with %(below)d sub-procedures that failed them; a parent waits for what it retried.", below)
+            % {"below": below})
     return Outcome(done if n else "", report.refused, [(report.retried, _(
-        "Retried from the admin: failed → ready, resumes from its last checkpoint with a fresh retry budget."))])
+        "Retried from the admin: resumes from its last checkpoint with a fresh retry budget."))] + [
+        (ids, _("Retried from the admin with its ancestor %(id)s, which failed through it.") % {"id": parent})
+        for parent, ids in report.descendants.items()])
 
 
 def _plan_cancel(request: HttpRequest, runs: list[ProcedureRun]) -> Plan:

@@ -30,6 +30,7 @@ from django_procedures.admin.tree_timeline import text_version, tree_timeline
 from django_procedures.admin.why import Reason, explain
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.policy.status import RunStatus
+from django_procedures.store import operations
 from django_procedures.tasks.types import TYPE_PREFIX, is_task_type
 
 STEP_LIMIT = 500
@@ -166,6 +167,9 @@ def page_context(run: ProcedureRun) -> dict[str, Any]:
         "lock_keys": [(name, mode) for name, mode in (run.lock_keys or [])],
         "duration": run_duration(run.started_at, run.finished_at, now),
         "failed_child": failed_child(run, node),
+        # What a retry would bring back with a parent failed by its children (store.operations.retry's own plan).
+        "retry_tree": operations.tree_plan(run) if run.status == RunStatus.FAILED and run.failure_can_retry
+        and run.suspension else None,
         "progress_bar": progress_bar(run.progress),
         "progress_at": run.progress_updated_at,
         "children_bar": children_bar(sum(c.row.status == RunStatus.DONE for c in children), len(children)),

@@ -14,7 +14,7 @@ from django.db.models import F
 from django_procedures import clock, signals
 from django_procedures.exceptions import InvalidOperation
 from django_procedures.models import ProcedureRun, Schedule
-from django_procedures.policy import manual_retry
+from django_procedures.policy import manual_retry, tree_retry
 from django_procedures.policy.status import CLAIMABLE, FINAL, UNFINISHED, RunStatus
 from django_procedures.store import final, schedules, tree
 from django_procedures.store.final import Ending
@@ -23,20 +23,30 @@ from django_procedures.store.notify import notify
 logger = logging.getLogger("django_procedures.schedules")
 
 
-def retry(procedure_id: Any, *, by: str = "") -> None:
-    """Make a failed procedure ready again from its last committed checkpoint.
+def retry(procedure_id: Any, *, by: str = "") -> tree_retry.TreeRetry:
+    """Make a failed procedure ready again from its last committed checkpoint; returns what it brought back.
 
     Allowed only for ``failed`` procedures with ``failure_can_retry``. Resets
     both retry budgets; ``Step`` rows keep their history and numbering. Records
     who retried and when. A procedure whose rollback failed resumes its steps
     (the operator has dealt with what the rollback could not).
 
+    Tree-aware (:mod:`django_procedures.policy.tree_retry`): a parent failed by
+    its children retries the children of its last suspension whose failure it
+    did not handle (and resumes the siblings its failure cancelled), each
+    recorded as retried by ``by``, and goes back to ``waiting`` for them; a
+    child that cannot come back (its failure not worth a manual retry, rolled
+    back, cancelled by an operator) refuses the retry with ``InvalidOperation``.
+    Every procedure brought back takes its lock keys again when it is next
+    claimed, as any procedure does.
+
     The retry takes back what the failure's final transition gave up, under
-    the same locks (schedule, then parent, then the procedure): a child counts
-    as pending again for its parent, which must still be waiting on the
-    suspension that started it (else ``InvalidOperation`` says what to do
-    instead), and its next failure is reported to the parent again; a run of a
-    schedule holds a slot again, and is refused while none is free.
+    the same locks (schedule, then parent, then the procedure, then its
+    descendants): a child counts as pending again for its parent, which must
+    still be waiting on the suspension that started it (else
+    ``InvalidOperation`` says what to do instead), and its next failure is
+    reported to the parent again; a run of a schedule holds a slot again, and
+    is refused while none is free.
     """
     now = clock.now()
     found = ProcedureRun._writer.filter(id=procedure_id).values("parent_id", "schedule_id").first()
@@ -56,7 +66,8 @@ def retry(procedure_id: Any, *, by: str = "") -> None:
                 f"procedure {procedure_id} failed with an error marked not worth a manual retry "
                 f"({row.error[:200]}); submit a new procedure instead"
             )
-        refusal = retry_refusal(row, parents_of([row]).get(row.parent_id), schedule)
+        plan = tree_plan(row)
+        refusal = retry_refusal(row, parents_of([row]).get(row.parent_id), schedule) or plan.refusal
         if refusal:
             raise InvalidOperation(f"procedure {procedure_id} cannot be retried: {refusal}")
         if row.parent_id is not None and row.spawned_in:
@@ -64,12 +75,41 @@ def retry(procedure_id: Any, *, by: str = "") -> None:
         if schedule is not None:
             Schedule._writer.filter(id=schedule.id).update(
                 active_runs=F("active_runs") + 1, overlaps=F("overlaps") + (1 if schedule.active_runs else 0))
-        ProcedureRun._writer.filter(id=row.id).update(
-            status=RunStatus.READY, run_at=now, failures=0, lost=0, in_unsafe_step=False, error="", traceback="",
-            failed_step="", failure_can_retry=False, finished_at=None, retried_at=now, retried_by=by,
-            manual_retries=row.manual_retries + 1, in_rollback=False, rollback_error="", failure_handled=False,
+        _revive(plan, now=now, by=by)
+        ready = [r.member.id for r in plan.revivals if r.status == RunStatus.READY]
+        notify(set(ProcedureRun._writer.filter(id__in=ready).values_list("queue", flat=True)))
+    return plan
+
+
+_MEMBER_FIELDS = ("id", "type_name", "status", "parent_id", "spawned_in", "suspension", "failure_can_retry",
+                  "failure_handled", "error")
+
+
+def tree_plan(run: ProcedureRun) -> tree_retry.TreeRetry:
+    """What retrying the failed ``run`` brings back below it (:func:`django_procedures.policy.tree_retry.plan`)."""
+    target = tree_retry.Member(*(getattr(run, name) for name in _MEMBER_FIELDS))
+    if not run.suspension:  # it never spawned children
+        return tree_retry.plan(target, ())
+    below = [pid for pid in tree.subtree(run.id) if pid != run.id]
+    rows = ProcedureRun._writer.filter(id__in=below).values_list(*_MEMBER_FIELDS)
+    return tree_retry.plan(target, [tree_retry.Member(*r) for r in rows])
+
+
+def _revive(plan: tree_retry.TreeRetry, *, now: Any, by: str) -> None:
+    """Write the retry of every procedure of ``plan`` (the retried one's row is locked; its descendants' now are)."""
+    tree.lock_rows([r.member.id for r in plan.descendants])
+    for revival in plan.revivals:
+        member = revival.member
+        # Fenced on the status planned: a descendant that moved meanwhile (pruned, retried) undoes the whole retry.
+        changed = ProcedureRun._writer.filter(id=member.id, status=member.status).update(
+            status=revival.status, run_at=now, pending_children=revival.waits_for, failures=0, lost=0,
+            in_unsafe_step=False, error="", traceback="", failed_step="", failure_can_retry=False, finished_at=None,
+            retried_at=now, retried_by=by, manual_retries=F("manual_retries") + 1, in_rollback=False,
+            rollback_error="", failure_handled=False,
         )
-        notify([row.queue])
+        if not changed:
+            raise InvalidOperation(f"procedure {plan.revivals[0].member.id} cannot be retried: {member.type_name} "
+                                   f"{member.id} of its tree changed meanwhile; try again")
 
 
 def parents_of(runs: Sequence[ProcedureRun]) -> dict[Any, manual_retry.ParentView]:

@@ -656,18 +656,31 @@ class Reports(Procedure):
 
 class PlainParent(Procedure):
     """Spawns ``fanout`` leaves (``failing``: the indexes that fail), then ``report``s; no rollback, so a child's
-    failure leaves it ``failed`` (the default ``on_child_failed``)."""
+    failure leaves it ``failed`` (the default ``on_child_failed``).
+
+    ``fail_until``: the failing leaves fail only while that file is missing. ``inner``: the state of one more
+    child, a PlainParent spawned last. ``keys``: its own lock keys. ``fail_report``: its report step fails.
+    """
 
     type_name = "testapp.PlainParent"
     retry = FAST_RETRY
 
+    def lock_keys(self):
+        return [LockKey(name, mode) for name, mode in self.state.get("keys", [])]
+
     @step
     def spawn(self, ctx):
-        failing = set(self.state.get("failing", []))
-        return Status.suspended([Leaf({"n": i, "fail": i in failing}) for i in range(self.state.get("fanout", 2))])
+        failing, until = set(self.state.get("failing", [])), self.state.get("fail_until")
+        children = [Leaf({"n": i, "fail": i in failing and not until, "fail_until": until if i in failing else None})
+                    for i in range(self.state.get("fanout", 2))]
+        if "inner" in self.state:
+            children.append(PlainParent(self.state["inner"]))
+        return Status.suspended(children)
 
     @step
     def report(self, ctx):
+        if self.state.get("fail_report"):
+            raise NonRetryable("report refuses")
         return Status.done(output=[c.status for c in ctx.children])
 
 

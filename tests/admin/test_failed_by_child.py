@@ -25,7 +25,8 @@ def test_the_error_names_the_failed_child_not_a_step_that_never_ran(operator_cli
     assert f"child {Leaf.type_name} {str(child.id)[-8:]} failed" in heading
     assert page_url(child.id) in heading
     warning = re.search(r'<p class="proc-error" id="proc-retry-warning">(.*?)</p>', html, re.S).group(1)
-    assert "fails it again at once unless the child is retried first" in warning and page_url(child.id) in warning
+    assert "A retry retries 1 failed child and waits for it, then resumes after its suspension." in warning
+    assert page_url(child.id) in warning
 
 
 def test_an_ordinary_failure_still_names_its_step(operator_client):

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from django_procedures import get_handle
-from django_procedures.models import ProcedureRun
-from testproject.testapp.procedures import Spawner
+from django_procedures.models import ProcedureRun, Step
+from testproject.testapp.procedures import PlainParent, Spawner
 from tests.runtime.processes import read_pid, wait_for
 from tests.runtime.test_tree_processes import effects, no_step_committed_twice, no_tracebacks, open_leases, start
 
@@ -86,4 +86,33 @@ def test_a_retried_child_that_fails_again_is_reported_to_its_parent_again(worker
     wait_for(lambda: row(handle.id).status == "done", timeout=60, workers=workers, what="the parent to finish")
     assert row(handle.id).state["seen"] == [["failed", None], ["done", 4]]
     assert Path(marker).exists()
+    no_tracebacks(pool)
+
+
+def test_retrying_a_parent_its_child_failed_for_good_reruns_the_child_and_the_parent_ends_done(workers, tmp_path):
+    """Issue 25, item 4: a fan-out of three whose middle child failed for good; the operator fixes the cause and
+    retries the parent. The child runs again, the parent resumes after its suspension and ends ``done``."""
+    fixed = tmp_path / "fixed"
+    handle = PlainParent.submit({"fanout": 3, "failing": [1], "fail_until": str(fixed)})
+    pool = start(workers)
+    wait_for(lambda: row(handle.id).status == "failed", timeout=60, workers=workers,
+             what="the parent failed by its child")
+    child = ProcedureRun.objects.get(parent_id=handle.id, position=1)
+    assert child.status == "failed" and row(handle.id).error.startswith("ChildFailed: child testapp.Leaf")
+    # Its siblings finished or were cancelled by the parent's failure (on a loaded machine, before they ran).
+    assert {c.status for c in ProcedureRun.objects.filter(parent_id=handle.id).exclude(id=child.id)} <= {
+        "done", "cancelled"}
+
+    fixed.touch()  # the operator fixes the cause
+    get_handle(handle.id).retry(by="ops")
+    wait_for(lambda: row(handle.id).status == "done", timeout=60, workers=workers, what="the parent to finish")
+    parent = row(handle.id)
+    assert (parent.output, parent.pending_children, parent.retried_by) == (["done", "done", "done"], 0, "ops")
+    assert (row(child.id).retried_by, row(child.id).manual_retries) == ("ops", 1)
+    assert list(Step.objects.filter(procedure_id=child.id).order_by("id").values_list("status", flat=True)) == [
+        "failed", "done"]
+    assert list(Step.objects.filter(procedure_id=handle.id).values_list("name", "status")) == [
+        ("spawn", "done"), ("report", "done")]  # the spawn step ran once: the parent resumed after its suspension
+    no_step_committed_twice()
+    assert open_leases() == 0
     no_tracebacks(pool)
