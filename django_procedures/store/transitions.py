@@ -23,6 +23,7 @@ from django_procedures.models import ProcedureRun, Step
 from django_procedures.policy.retry import FailDecision, RetryDecision
 from django_procedures.policy.status import LeaseOutcome, RunStatus, StepStatus
 from django_procedures.policy.text import clean_text
+from django_procedures.policy.tree_retry import collateral_reason
 from django_procedures.store import progress_sql, tree
 from django_procedures.store.claim import Claim
 from django_procedures.store.db import db_now, is_postgresql, sole_statement
@@ -254,7 +255,7 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
                           pending_children=0, **lease)
             if record is not None:
                 _failed_step(claim, record, error, traceback)
-            tree.cancel_subtree(claim.id, f"cancelled: ancestor {claim.id} failed", include_self=False)
+            tree.cancel_subtree(claim.id, collateral_reason(claim.id), include_self=False)
             if hand_off:
                 close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
                 notify([claim.queue])
@@ -269,7 +270,7 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
                       **LEASE_CLEARED)
         if record is not None:
             _failed_step(claim, record, error, traceback)
-        tree.cancel_subtree(claim.id, f"cancelled: ancestor {claim.id} failed", include_self=False)
+        tree.cancel_subtree(claim.id, collateral_reason(claim.id), include_self=False)
         close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
         return True
 
@@ -317,7 +318,7 @@ def park_interrupted(claim: Claim, step_name: str, *, lost: LostAttempt | None =
         rows.update(status=RunStatus.FAILED, error=error, traceback="", failed_step=claim.step_name,
                     failure_can_retry=True, finished_at=lost.finished_at, attempt=F("attempt") + 1,
                     lost=F("lost") + 1, lease_token=F("lease_token") + 1, pending_children=0, **LEASE_CLEARED)
-        tree.cancel_subtree(claim.id, f"cancelled: ancestor {claim.id} failed", include_self=False)
+        tree.cancel_subtree(claim.id, collateral_reason(claim.id), include_self=False)
         record_lost_attempt(claim, lost)
         return True
 

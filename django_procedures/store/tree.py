@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, F, OuterRef, Q
 
 from django_procedures import clock, signals
 from django_procedures.models import Lease, ProcedureRun
@@ -215,6 +216,21 @@ def stock(parent_id: uuid.UUID, suspension: int, *, unfinished: bool) -> Stock:
     if failed:
         return Stock("failures", children, tuple(ChildResult(*row[:5]) for row in failed))
     return Stock("waiting" if unfinished else "continue", children)
+
+
+def subtree(procedure_id: uuid.UUID) -> list[uuid.UUID]:
+    """``procedure_id`` and all its descendants, read without locks in one query: for a plan shown before acting
+    (a retry's), never for a write -- writers lock with :func:`lock_subtree` and fence on what they planned."""
+    root = ProcedureRun._writer.filter(id=procedure_id).values_list("root_id", flat=True).first() or procedure_id
+    children: dict[Any, list[Any]] = defaultdict(list)
+    for pid, parent in ProcedureRun._writer.filter(Q(root_id=root) | Q(id=root)).values_list("id", "parent_id"):
+        children[parent].append(pid)
+    found, stack = [], [procedure_id]
+    while stack:
+        current = stack.pop()
+        found.append(current)
+        stack.extend(children.get(current, ()))
+    return found
 
 
 def lock_subtree(procedure_id: uuid.UUID) -> list[uuid.UUID]:
