@@ -82,7 +82,8 @@ def find_problem(value: Any, path: str = "state") -> str | None:
                 return f"{where} is {item!r}; JSON has no NaN or infinity, store a string or None instead"
             continue
         if isinstance(item, (dict, list)) and depth >= MAX_DEPTH:
-            return (f"{where} is nested more than {MAX_DEPTH} levels deep (dicts and lists); "
+            shown = where if len(where) <= 80 else f"{where[:60]}...{where[-16:]}"  # not 100 levels of path
+            return (f"{shown} is nested more than {MAX_DEPTH} levels deep (dicts and lists); "
                     "flatten it, or store the deep part as a JSON string")
         if isinstance(item, dict):
             for key, sub in item.items():
