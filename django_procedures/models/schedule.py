@@ -154,7 +154,7 @@ def validation_errors(s: Schedule) -> dict[str, str]:
         errors["name"] = "give the schedule a name"
     for field in ("name", "procedure", "cron", "timezone"):  # the database would refuse them with a DataError
         value = getattr(s, field)
-        limit = s._meta.get_field(field).max_length
+        limit = getattr(s._meta.get_field(field), "max_length", None)
         if isinstance(value, str) and limit is not None and len(value) > limit:
             errors[field] = f"{field} must be at most {limit} characters; got {len(value)}"
         elif isinstance(value, str) and "\x00" in value:
