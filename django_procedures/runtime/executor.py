@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
 from django.db import DatabaseError, Error, connection, transaction
 
 from django_procedures import clock, registry
+from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
 from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error, decide_failure, is_poisonous
-from django_procedures.policy.state import copy_state, find_problem
+from django_procedures.policy.state import copy_state, encode_state, find_problem, size_problem, written_as
 from django_procedures.procedure import Procedure, Status, StepSpec
 from django_procedures.runtime import hooks, observe, reconnect
 from django_procedures.runtime.connections import set_transaction_timeout
@@ -239,24 +242,38 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
         # Each write below also carries a held-back progress report (``take()``: no statement of its own).
         if status.kind == "suspended" and status.children:
-            reconnect.record(running, safe, partial(_suspend, procedure, claim, records, following, status, record,
-                                                    running.progress.take()))
+            with _measured(procedure, spec, record):
+                reconnect.record(running, safe, partial(_suspend, procedure, claim, records, following, status,
+                                                        record, running.progress.take()))
             observe.steps_committed(claim, records)
             return Outcome.SUSPENDED
         if following is None:
-            reconnect.record(running, safe, partial(transitions.complete, claim, records, procedure.state,
-                                                    status.output, running.progress.take(), ends_transaction=True))
+            with _measured(procedure, spec, record):
+                reconnect.record(running, safe, partial(transitions.complete, claim, records, procedure.state,
+                                                        status.output, running.progress.take(), ends_transaction=True))
             observe.steps_committed(claim, records)
             return Outcome.COMPLETED
         if status.kind == "executing" and not status.persist and spec.idempotent and following.idempotent:
             index, spec = index + 1, following  # the group is one try: its steps share its attempt number
             running.progress.step_ended()  # no write follows: a report held back past its interval is written
             continue
-        reconnect.record(running, safe, partial(transitions.commit_checkpoint, claim, records, procedure.state,
-                                                following.name, running.progress.take(if_due=True),
-                                                ends_transaction=True))
+        with _measured(procedure, spec, record):
+            reconnect.record(running, safe, partial(transitions.commit_checkpoint, claim, records, procedure.state,
+                                                    following.name, running.progress.take(if_due=True),
+                                                    ends_transaction=True))
         observe.steps_committed(claim, records)
         return None
+
+
+@contextmanager
+def _measured(procedure: Procedure, spec: StepSpec, record: StepRecord) -> Iterator[None]:
+    """Refuse a state over ``MAX_STATE_BYTES``; the write inside the block reuses the text it was measured by."""
+    text = encode_state(procedure.state)
+    problem = size_problem(text, conf.MAX_STATE_BYTES)
+    if problem:
+        raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
+    with written_as(procedure.state, text):
+        yield
 
 
 def _unstorable(procedure: Procedure, status: Status) -> str | None:
