@@ -40,6 +40,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         if not isinstance(getattr(conf, name), int) or getattr(conf, name) < 100:
             errors.append(Error(f"PROCEDURES[{name!r}] must be an integer of at least 100",
                                 id="django_procedures.E007"))
+    max_state = conf.MAX_STATE_BYTES
+    if isinstance(max_state, bool) or not isinstance(max_state, int) or max_state < 1024:
+        errors.append(Error(f"PROCEDURES['MAX_STATE_BYTES'] must be an integer of at least 1024 (bytes); got "
+                            f"{max_state!r}", hint="The default is 4194304 (4 MiB).", id="django_procedures.E020"))
     redact = conf.REDACT
     if isinstance(redact, str) or not isinstance(redact, list | tuple | set | frozenset) or not all(
             isinstance(key, str) for key in redact):

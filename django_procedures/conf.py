@@ -53,6 +53,8 @@ DEFAULTS: dict[str, Any] = {
     # Finished trees older than this are pruned by the workers, a little at a time, and by procedures_prune
     # (its default --older-than): a duration like "30d", seconds, or a timedelta. None: workers keep everything.
     "RETENTION": "30d",
+    # Largest state, in bytes of its JSON text, that submit() accepts and a checkpoint writes: 4 MiB.
+    "MAX_STATE_BYTES": 4 * 1024 * 1024,
     # Longest stored error text and traceback, in characters.
     "MAX_ERROR_LENGTH": 2000,
     "MAX_TRACEBACK_LENGTH": 20000,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from typing import Any
@@ -113,7 +114,11 @@ class ProcedureHandle:
         procedure's final transition; elsewhere (and behind a transaction
         pooler without ``LISTEN_DATABASE``) it polls, starting every ``poll``
         seconds and backing off to every second.
+
+        ``timeout`` is a number of seconds, at least 0; ``None`` or
+        ``math.inf`` waits for ever. NaN or a negative timeout is a ``ValueError``.
         """
+        timeout = checked_timeout(timeout, poll)
         deadline = None if timeout is None else time.monotonic() + timeout
         listener = _listener(self.id)
         try:
@@ -143,8 +148,9 @@ class ProcedureHandle:
 
         Then read ``output`` or ``error`` (they hold what this wait read last).
         Listens with an async connection on PostgreSQL, so it holds no thread
-        while it waits.
+        while it waits. ``timeout`` is checked as ``wait()`` checks it.
         """
+        timeout = checked_timeout(timeout, poll)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         listener = await _alistener(self.id)
@@ -188,6 +194,21 @@ class ProcedureHandle:
 
         operations.retry(self.id, by=by)
         self._row = None
+
+
+def checked_timeout(timeout: float | None, poll: float) -> float | None:
+    """``timeout`` of a wait, ``None`` for infinity; ``ValueError``/``TypeError`` saying what to pass."""
+    for name, value in (("timeout", timeout), ("poll", poll)):
+        if value is None and name == "timeout":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"{name} must be a number of seconds; got {type(value).__name__} {value!r}")
+    if timeout is not None and not timeout >= 0:  # NaN fails every comparison: it would never time out
+        raise ValueError(f"timeout must be a number of seconds of at least 0, or None to wait for ever; "
+                         f"got {timeout!r}")
+    if not 0 < poll < math.inf:
+        raise ValueError(f"poll must be a positive, finite number of seconds; got {poll!r}")
+    return None if timeout == math.inf else timeout
 
 
 def get_handle(procedure_id: uuid.UUID | str) -> ProcedureHandle:

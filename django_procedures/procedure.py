@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, overload
 
-from django_procedures.exceptions import ChildFailed
+from django_procedures.exceptions import ChildFailed, ProceduresConfigError
 from django_procedures.policy import options
 from django_procedures.policy.retry import RetryPolicy
 
@@ -186,6 +187,7 @@ class Procedure:
         cls.steps = _collect_steps(cls)
         cls.declares_lock_keys = cls.lock_keys is not Procedure.lock_keys
         _check_class_attributes(cls)
+        _refuse_async_methods(cls)
         if not cls.abstract:
             from django_procedures import registry
 
@@ -364,6 +366,23 @@ def _check_class_attributes(cls: type[Procedure]) -> None:
             isinstance(name, str) for name in redact):
         raise TypeError(f"{where}.redact must be a tuple of state keys (strings), like ('password',); "
                         f"got {redact!r}")
+
+
+#: Methods the worker calls on a procedure object, besides its steps.
+_CALLED_METHODS = ("execute", "rollback", "on_child_failed", "lock_keys")
+
+
+def _refuse_async_methods(cls: type[Procedure]) -> None:
+    """An ``async def`` step (or ``execute``, ``rollback``...) is refused when the class is defined.
+
+    The worker calls them synchronously: a coroutine would be returned unawaited and fail only at run time.
+    """
+    for name in (*(s.name for s in cls.steps), *_CALLED_METHODS):
+        method = getattr(cls, name, None)
+        if inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method):
+            raise ProceduresConfigError(
+                f"{cls.__module__}.{cls.__qualname__}.{name} is an async def: async steps are not supported yet; "
+                f"write it as a plain def (call async code from it with asgiref.sync.async_to_sync)")
 
 
 def _collect_steps(cls: type[Procedure]) -> tuple[StepSpec, ...]:

@@ -119,6 +119,16 @@ def test_metrics_settings(settings, code):
     assert "1234" not in error.msg  # a token is never echoed
 
 
+@pytest.mark.parametrize("value", [0, 100, -1, "4MiB", 4.5e6, True, None])
+def test_max_state_bytes_must_be_an_integer_of_at_least_1024(value):
+    with override_settings(PROCEDURES={"MAX_STATE_BYTES": value}):
+        (error,) = check_settings()
+    assert error.id == "django_procedures.E020"
+    assert error.msg == f"PROCEDURES['MAX_STATE_BYTES'] must be an integer of at least 1024 (bytes); got {value!r}"
+    with override_settings(PROCEDURES={"MAX_STATE_BYTES": 1024}):
+        assert check_settings() == []
+
+
 def test_metrics_settings_accept_a_token_and_a_cap():
     with override_settings(PROCEDURES={"METRICS_TOKEN": "s3cret", "METRICS_COUNT_CAP": 5}):
         assert [e for e in check_settings() if e.level >= 40] == []

@@ -87,3 +87,11 @@ def test_a_worker_process_puts_its_start_up_heap_out_of_the_collectors_reach():
         assert gc.get_freeze_count() == frozen  # a full collection no longer walks them
     finally:
         gc.unfreeze()
+
+
+def test_the_metrics_server_listens_on_loopback_unless_told_otherwise():
+    from django_procedures.management.commands.procedures_worker import Command
+
+    parser = Command().create_parser("manage.py", "procedures_worker")
+    assert parser.parse_args(["--metrics-port", "9108"]).metrics_host == "127.0.0.1"
+    assert parser.parse_args(["--metrics-host", "0.0.0.0"]).metrics_host == "0.0.0.0"

@@ -88,6 +88,33 @@ def test_status_is_a_run_status_and_output_refuses_until_done():
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(("options", "error", "message"), [
+    ({"timeout": float("nan")}, ValueError, "timeout must be a number of seconds of at least 0, or None to wait "
+                                            "for ever; got nan"),
+    ({"timeout": -1}, ValueError, "timeout must be a number of seconds of at least 0"),
+    ({"timeout": "30"}, TypeError, "timeout must be a number of seconds; got str '30'"),
+    ({"poll": 0}, ValueError, "poll must be a positive, finite number of seconds; got 0"),
+    ({"poll": float("nan")}, ValueError, "poll must be a positive, finite number of seconds"),
+])
+def test_a_wait_that_could_never_end_or_time_out_is_refused_before_waiting(options, error, message):
+    handle = ThreeSteps.submit({})
+    drain()  # even a finished procedure: the arguments are checked first, not only while waiting
+    with pytest.raises(error, match=re.escape(message)):
+        handle.wait(**options)
+    with pytest.raises(error, match=re.escape(message)):
+        asyncio.run(handle.await_result(**options))
+
+
+@pytest.mark.django_db
+def test_an_infinite_timeout_waits_for_ever_and_zero_checks_once():
+    handle = ThreeSteps.submit({})
+    with pytest.raises(TimeoutError, match="is still ready after 0 seconds"):
+        handle.wait(timeout=0)
+    drain()
+    assert handle.wait(timeout=float("inf")) is RunStatus.DONE
+
+
+@pytest.mark.django_db
 def test_output_of_a_failed_procedure_says_it_failed_and_why():
     handle = Refuses.submit({})
     drain()

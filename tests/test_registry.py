@@ -1,3 +1,5 @@
+import types
+
 import pytest
 
 from django_procedures import Procedure, Status, registry, step
@@ -100,3 +102,39 @@ def test_isolated_registry_forgets_the_classes_defined_inside_it():
     assert registry.type_names() == before
     with pytest.raises(UnknownProcedureType):
         registry.get("tests.Temporary")
+
+
+async def _async_step(self, ctx):
+    pass
+
+
+async def _async_generator_step(self, ctx):
+    yield
+
+
+@pytest.mark.parametrize(("name", "method"), [
+    ("charge", step(_async_step)),
+    ("charge", step(atomic=False)(_async_generator_step)),
+    ("execute", _async_step),
+    ("rollback", _async_step),
+    ("on_child_failed", _async_step),
+])
+def test_an_async_step_or_method_is_refused_when_the_class_is_defined(name, method):
+    def body(ns):
+        ns.update(__module__=__name__, type_name="tests.AsyncStep", go=step(lambda self, ctx: None), **{name: method})
+
+    message = (rf"tests\.test_registry\.AsyncStep\.{name} is an async def: async steps are not supported yet; write "
+               r"it as a plain def \(call async code from it with asgiref\.sync\.async_to_sync\)")
+    with pytest.raises(ProceduresConfigError, match=message):
+        types.new_class("AsyncStep", (Procedure,), exec_body=body)
+    assert "tests.AsyncStep" not in registry.type_names()
+
+
+def test_an_async_step_in_an_abstract_base_is_refused_there_too():
+    with pytest.raises(ProceduresConfigError, match=r"AsyncBase\.go is an async def"):
+        class AsyncBase(Procedure):
+            abstract = True
+
+            @step
+            async def go(self, ctx):
+                pass

@@ -152,6 +152,13 @@ def validation_errors(s: Schedule) -> dict[str, str]:
     errors: dict[str, str] = {}
     if not isinstance(s.name, str) or not s.name.strip():
         errors["name"] = "give the schedule a name"
+    for field in ("name", "procedure", "cron", "timezone"):  # the database would refuse them with a DataError
+        value = getattr(s, field)
+        limit = getattr(s._meta.get_field(field), "max_length", None)
+        if isinstance(value, str) and limit is not None and len(value) > limit:
+            errors[field] = f"{field} must be at most {limit} characters; got {len(value)}"
+        elif isinstance(value, str) and "\x00" in value:
+            errors[field] = f"{field} must not contain a NUL character (\\x00), which the database cannot store"
     for name, positive in (("period", True), ("initial_delay", False), ("max_run_time", True)):
         value = getattr(s, name)
         problem = None if value is None else duration_problem(name, value, positive=positive)

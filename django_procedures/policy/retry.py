@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+
+#: The longest delay a policy may name: one year, in seconds. Longer is a typo or a unit mistake, and far
+#: longer (1e12 s, infinity) is a ``run_at`` no ``datetime`` can hold.
+MAX_DELAY_SECONDS = 365 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -32,21 +37,37 @@ class RetryPolicy:
             raise ValueError(f"max_attempts must be at least 1; got {self.max_attempts}")
         if self.max_lost < 1:
             raise ValueError(f"max_lost must be at least 1; got {self.max_lost}")
-        if self.initial_delay < 0 or self.max_delay < 0:
-            raise ValueError("initial_delay and max_delay must not be negative")
-        if self.backoff < 1:
-            raise ValueError(f"backoff must be at least 1 (1 keeps the delay constant); got {self.backoff}")
-        if not 0 <= self.jitter <= 1:
-            raise ValueError(f"jitter is a fraction of the delay between 0 and 1; got {self.jitter}")
+        for name in ("initial_delay", "max_delay"):
+            value = _number(name, getattr(self, name))
+            if not 0 <= value <= MAX_DELAY_SECONDS:  # NaN fails both comparisons
+                raise ValueError(f"{name} must be between 0 and {MAX_DELAY_SECONDS:,.0f} seconds (one year); "
+                                 f"got {value!r}")
+        backoff = _number("backoff", self.backoff)
+        if not 1 <= backoff < math.inf:
+            raise ValueError(f"backoff must be at least 1 and finite (1 keeps the delay constant); "
+                             f"got {backoff!r}")
+        jitter = _number("jitter", self.jitter)
+        if not 0 <= jitter <= 1:
+            raise ValueError(f"jitter is a fraction of the delay between 0 and 1; got {jitter!r}")
         object.__setattr__(self, "non_retryable", tuple(self.non_retryable))
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        base = min(self.max_delay, self.initial_delay * self.backoff ** (attempt - 1))
+        try:
+            base = min(self.max_delay, self.initial_delay * self.backoff ** (attempt - 1))
+        except OverflowError:  # backoff ** attempt past a float, long after the cap was reached
+            base = self.max_delay
         if not self.jitter or not base:
             return base
         spread = base * self.jitter
         return max(0.0, base + (rng or random).uniform(-spread, spread))
+
+
+def _number(name: str, value: object) -> float:
+    """``value`` if it is a real number (not a bool); a ``TypeError`` naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number (int or float); got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,9 @@ import json
 import math
 import re
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any
@@ -82,7 +85,8 @@ def find_problem(value: Any, path: str = "state") -> str | None:
                 return f"{where} is {item!r}; JSON has no NaN or infinity, store a string or None instead"
             continue
         if isinstance(item, (dict, list)) and depth >= MAX_DEPTH:
-            return (f"{where} is nested more than {MAX_DEPTH} levels deep (dicts and lists); "
+            shown = where if len(where) <= 80 else f"{where[:60]}...{where[-16:]}"  # not 100 levels of path
+            return (f"{shown} is nested more than {MAX_DEPTH} levels deep (dicts and lists); "
                     "flatten it, or store the deep part as a JSON string")
         if isinstance(item, dict):
             for key, sub in item.items():
@@ -132,10 +136,56 @@ def keep_floats(text: str) -> str:
 
 
 class StateEncoder(json.JSONEncoder):
-    """The JSON encoder of state and output columns: floats stay floats through ``jsonb`` (see :func:`keep_floats`)."""
+    """The JSON encoder of state and output columns: floats stay floats through ``jsonb`` (see :func:`keep_floats`).
+
+    Inside :func:`written_as` it writes that block's value (that very object) as the text already made for it.
+    """
 
     def encode(self, o: Any) -> str:
+        if o is _encoded.value:
+            return _encoded.text
         return keep_floats(super().encode(o))
+
+
+class _Encoded(threading.local):
+    value: Any = object()  # matches nothing until written_as() sets it
+    text: str = ""
+
+
+_encoded = _Encoded()
+
+
+def encode_state(value: Any) -> str:
+    """``value`` as the state column's JSON text: what the field writes (ASCII, so its length is its size in bytes)."""
+    return json.dumps(value, cls=StateEncoder)
+
+
+@contextmanager
+def written_as(value: Any, text: str) -> Iterator[None]:
+    """While the block runs, this thread's :class:`StateEncoder` writes ``value`` as ``text``, not again.
+
+    For a checkpoint: its state is encoded once to measure it (:func:`encode_state`), and the write reuses
+    that text. ``value`` must not change inside the block.
+    """
+    before = _encoded.value, _encoded.text
+    _encoded.value, _encoded.text = value, text
+    try:
+        yield
+    finally:
+        _encoded.value, _encoded.text = before
+
+
+class StateTooLarge(ValueError):
+    """A state whose JSON text is larger than ``PROCEDURES["MAX_STATE_BYTES"]``."""
+
+
+def size_problem(text: str, limit: int, where: str = "state") -> str | None:
+    """A sentence saying that ``text`` (a state's JSON) is over ``limit`` bytes and what to do, or None."""
+    if len(text) <= limit:
+        return None
+    return (f"{where} is {len(text):,} bytes as JSON, more than PROCEDURES['MAX_STATE_BYTES'] ({limit:,} bytes); "
+            "keep large data elsewhere (a file, a table, object storage) and put its key in the state, or raise "
+            "the setting")
 
 
 def dumps(value: Any, **options: Any) -> str:

@@ -20,6 +20,8 @@ class Continued:
     next_step: str
     #: Whether a lost write may simply be run again (the first step since the last checkpoint was idempotent).
     safe: bool = True
+    #: The state as JSON, measured against ``MAX_STATE_BYTES``: the write reuses it instead of encoding again.
+    state_text: str = ""
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,8 @@ class Completed:
     state: dict[str, Any]
     output: Any
     safe: bool = True
+    #: The state as JSON, measured against ``MAX_STATE_BYTES``: the write reuses it instead of encoding again.
+    state_text: str = ""
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,8 @@ class Suspended:
     next_step: str
     rows: tuple[ProcedureRun, ...]
     safe: bool = True
+    #: The state as JSON, measured against ``MAX_STATE_BYTES``: the write reuses it instead of encoding again.
+    state_text: str = ""
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, Error, connection, transaction
 
 from django_procedures import clock, registry
+from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
 from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error, decide_failure, is_poisonous
-from django_procedures.policy.state import copy_state, find_problem
+from django_procedures.policy.state import copy_state, encode_state, find_problem, size_problem
 from django_procedures.procedure import Procedure, Status, StepSpec
 from django_procedures.runtime import hooks, reconnect
 from django_procedures.runtime.connections import set_transaction_timeout
@@ -233,14 +234,24 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
         if status.kind == "suspended" and status.children:
             rows = _child_rows(claim, status, record)
-            return Suspended(tuple(records), procedure.state, following.name if following else "", rows, safe)
+            return Suspended(tuple(records), procedure.state, following.name if following else "", rows, safe,
+                             _measured(procedure, spec, record))
         if following is None:
-            return Completed(tuple(records), procedure.state, status.output, safe)
+            return Completed(tuple(records), procedure.state, status.output, safe, _measured(procedure, spec, record))
         if status.kind == "executing" and not status.persist and spec.idempotent and following.idempotent:
             index, spec = index + 1, following  # the group is one try: its steps share its attempt number
             running.progress.step_ended()  # no write follows: a report held back past its interval is written
             continue
-        return Continued(tuple(records), procedure.state, following.name, safe)
+        return Continued(tuple(records), procedure.state, following.name, safe, _measured(procedure, spec, record))
+
+
+def _measured(procedure: Procedure, spec: StepSpec, record: StepRecord) -> str:
+    """The state's JSON text, refused over ``MAX_STATE_BYTES``; the write reuses it (see ``settle``)."""
+    text = encode_state(procedure.state)
+    problem = size_problem(text, conf.MAX_STATE_BYTES)
+    if problem:
+        raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
+    return text
 
 
 def _unstorable(procedure: Procedure, status: Status) -> str | None:

@@ -114,7 +114,7 @@ class MetricsServer:
             raise OSError(error.errno, f"cannot serve metrics on {host}:{port}: {error.strerror or error} (is "
                           "another process using that port? choose another with --metrics-port)") from error
         self.address = self.server.server_address
-        logger.info("serving Prometheus metrics at http://%s:%s/metrics", host, self.address[1])
+        logger.info("serving Prometheus metrics at http://%s:%s/metrics", self.address[0], self.address[1])
 
     def close(self) -> None:
         self.server.shutdown()

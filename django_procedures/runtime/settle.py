@@ -22,6 +22,7 @@ from django.db import transaction
 from django_procedures.exceptions import LeaseLost
 from django_procedures.policy.interruption import Interruption, after_interruption
 from django_procedures.policy.retry import RetryDecision
+from django_procedures.policy.state import written_as
 from django_procedures.runtime import observe, reconnect
 from django_procedures.runtime.endings import (
     Completed,
@@ -77,21 +78,28 @@ def fenced_out(running: RunningClaim, why: str = "") -> Outcome:
 
 
 def _write(running: RunningClaim, ended: Ended) -> Outcome:
+    if isinstance(ended, Continued | Completed | Suspended) and ended.state_text:
+        with written_as(ended.state, ended.state_text):  # encoded once, to measure it
+            return _write_steps(running, ended)
+    return _write_steps(running, ended)
+
+
+def _write_steps(running: RunningClaim, ended: Ended) -> Outcome:
     claim, progress = running.claim, running.progress
     match ended:
-        case Continued(records, state, next_step, safe):
+        case Continued(records, state, next_step, safe, _):
             reconnect.record(running, safe, partial(transitions.commit_checkpoint, claim, records, state, next_step,
                                                     progress.take(if_due=True), ends_transaction=True))
             running.effect_uncommitted = False
             observe.steps_committed(claim, records)
             return Outcome.CONTINUED
-        case Completed(records, state, output, safe):
+        case Completed(records, state, output, safe, _):
             reconnect.record(running, safe, partial(transitions.complete, claim, records, state, output,
                                                     progress.take(), ends_transaction=True))
             running.effect_uncommitted = False
             observe.steps_committed(claim, records)
             return Outcome.COMPLETED
-        case Suspended(records, state, next_step, rows, safe):
+        case Suspended(records, state, next_step, rows, safe, _):
             reconnect.record(running, safe, partial(transitions.suspend, claim, records, state, next_step, rows,
                                                     progress.take()))
             running.effect_uncommitted = False

@@ -19,7 +19,7 @@ from django_procedures.exceptions import KeyConflict
 from django_procedures.models import ProcedureRun
 from django_procedures.policy import options
 from django_procedures.policy.ids import new_id
-from django_procedures.policy.state import check_state, dumps, find_problem
+from django_procedures.policy.state import StateTooLarge, check_state, dumps, encode_state, find_problem, size_problem
 from django_procedures.policy.status import FINAL
 from django_procedures.store.db import is_postgresql
 from django_procedures.store.events import send_after_commit
@@ -111,6 +111,9 @@ def build_row(cls: type[Procedure], state: Mapping[str, Any] | None, *, key: str
         raise TypeError(f"state must be a dict (a JSON object); got {type(state).__name__}")
     plain = dict(state or {})
     check_state(plain, where)
+    problem = size_problem(encode_state(plain), conf.MAX_STATE_BYTES, where)
+    if problem:
+        raise StateTooLarge(problem)
     values = dict(
         id=new_id(), type_name=cls.type_name, state=plain, step_name=cls.steps[0].name,
         queue=queue if queue is not None else cls.queue or conf.DEFAULT_QUEUE,

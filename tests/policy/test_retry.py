@@ -101,9 +101,45 @@ def test_poisonous_after_max_lost():
         ({"max_lost": 0}, "max_lost must be at least 1"),
         ({"backoff": 0.5}, "backoff must be at least 1"),
         ({"jitter": 2}, "jitter is a fraction"),
-        ({"initial_delay": -1}, "must not be negative"),
+        ({"initial_delay": -1}, "initial_delay must be between 0 and"),
     ],
 )
 def test_bad_policies_say_what_to_change(kwargs, message):
     with pytest.raises(ValueError, match=message):
         RetryPolicy(**kwargs)
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"initial_delay": 1e12}, r"initial_delay must be between 0 and 31,536,000 seconds \(one year\); got 1e?0+"),
+    ({"initial_delay": float("inf")}, r"initial_delay must be between 0 and 31,536,000 seconds .*; got inf"),
+    ({"initial_delay": float("nan")}, r"initial_delay must be between 0 and 31,536,000 seconds .*; got nan"),
+    ({"initial_delay": -1}, r"initial_delay must be between 0 and 31,536,000 seconds .*; got -1"),
+    ({"max_delay": 1e12}, r"max_delay must be between 0 and 31,536,000 seconds"),
+    ({"max_delay": float("inf")}, r"max_delay must be between 0 and 31,536,000 seconds"),
+    ({"max_delay": float("nan")}, r"max_delay must be between 0 and 31,536,000 seconds"),
+    ({"backoff": float("nan")}, r"backoff must be at least 1 and finite .*; got nan"),
+    ({"backoff": float("inf")}, r"backoff must be at least 1 and finite .*; got inf"),
+    ({"backoff": 0.5}, r"backoff must be at least 1 and finite"),
+    ({"jitter": float("nan")}, r"jitter is a fraction of the delay between 0 and 1; got nan"),
+    ({"jitter": 1.5}, r"jitter is a fraction of the delay between 0 and 1; got 1.5"),
+    ({"jitter": -0.1}, r"jitter is a fraction of the delay between 0 and 1"),
+])
+def test_a_delay_that_cannot_be_scheduled_is_refused_naming_the_field_and_bound(fields, message):
+    with pytest.raises(ValueError, match=message):
+        RetryPolicy(**fields)
+
+
+@pytest.mark.parametrize("fields", [{"initial_delay": "1"}, {"max_delay": None}, {"backoff": True},
+                                    {"jitter": "0.1"}])
+def test_a_field_that_is_not_a_number_is_a_type_error_naming_it(fields):
+    (name,) = fields
+    with pytest.raises(TypeError, match=f"{name} must be a number"):
+        RetryPolicy(**fields)
+
+
+def test_the_longest_delays_are_accepted_and_schedulable():
+    policy = RetryPolicy(max_attempts=10_000, initial_delay=365 * 86400, max_delay=365 * 86400, backoff=1e300,
+                         jitter=0)
+    assert policy.delay(5_000) == 365 * 86400  # backoff ** attempt overflows a float: the cap holds
+    decision = decide_failure(policy, failures_before=4_999, now=NOW, retryable=True)
+    assert decision.run_at == NOW + timedelta(days=365)

@@ -69,6 +69,11 @@ def test_nesting_up_to_the_limit_passes():
     assert "nested more than" in find_problem(_nested(MAX_DEPTH))
 
 
+def test_a_state_nested_too_deeply_is_named_by_a_shortened_path():
+    problem = find_problem({"deep": _nested(5000)})
+    assert problem.startswith("state['deep']") and len(problem) < 250, problem  # not 100 levels of path
+
+
 def test_integers_up_to_the_digit_limit_pass():
     assert find_problem({"n": 10**4299, "m": -(10**4299), "big": 2**64}) is None
 

@@ -37,9 +37,11 @@ def test_a_worker_counts_steps_outcomes_claims_and_pickup_delay(workers):
         ThreeSteps.submit({})
     Refuses.submit({})
     port = free_port()
-    w = workers.start("--metrics-port", str(port), "--metrics-host", "127.0.0.1", lease_seconds=5)
+    w = workers.start("--metrics-port", str(port), lease_seconds=5)  # no --metrics-host: the loopback default
     wait_for(lambda: not ProcedureRun.objects.unfinished().exists(), timeout=60, workers=workers,
              what="every procedure to finish")
+    # The address the server is bound to: unauthenticated metrics stay on this host unless asked otherwise.
+    assert w.log_lines(containing=f"serving Prometheus metrics at http://127.0.0.1:{port}/metrics")
 
     def finished():
         got = scrape(port)

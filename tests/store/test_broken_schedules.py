@@ -54,10 +54,14 @@ def fresh(schedule: Schedule) -> Schedule:
     ({"initial_delay": -5}, "initial_delay", "initial_delay must not be negative; got -5 seconds"),
     ({"mode": "fixed_rate_overlap", "max_concurrency": 10**9}, "max_concurrency",
      "max_concurrency must be at most 10000"),
+    ({"name": "n" * 1000}, "name", "name must be at most 200 characters; got 1000"),
+    ({"name": "bad\x00name"}, "name", "name must not contain a NUL character"),
+    ({"timezone": "Europe/" + "x" * 100}, "timezone", "unknown time zone"),
 ])
 def test_durations_and_counts_are_bounded_to_what_can_be_stored(options, field, message):
+    options = {"name": "bad", "period": MIN, **options}
     with pytest.raises(ValidationError) as info:
-        register_schedule("bad", Heartbeat, **{"period": MIN, **options})
+        register_schedule(options.pop("name"), Heartbeat, **options)
     assert message in " ".join(info.value.message_dict[field])
     assert not Schedule.objects.exists()
 
@@ -67,6 +71,14 @@ def test_clean_bounds_the_durations_as_the_admin_form_sees_them():
     with pytest.raises(ValidationError) as info:
         s.clean()
     assert "at most 100 years" in " ".join(info.value.message_dict["period"])
+
+
+def test_clean_bounds_the_name_to_what_the_column_holds():
+    s = Schedule(name="n" * 201, procedure=Heartbeat.type_name, period=MIN)
+    with pytest.raises(ValidationError) as info:
+        s.clean()
+    assert info.value.message_dict["name"] == ["name must be at most 200 characters; got 201"]
+    Schedule(name="n" * 200, procedure=Heartbeat.type_name, period=MIN).clean()
 
 
 def test_durations_may_be_numbers_of_seconds():

@@ -100,6 +100,40 @@ def test_a_non_json_argument_is_refused_by_name_and_nothing_is_written():
     assert not ProcedureRun.objects.exists()
 
 
+def nested(levels, kind=list):
+    """``levels`` dicts or lists, each in the one before."""
+    value = kind()
+    for _ in range(levels - 1):
+        value = [value] if kind is list else {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("kind", [list, dict])
+def test_an_argument_nested_too_deeply_is_refused_saying_how_deep_is_allowed(kind):
+    message = (r"cannot enqueue testproject\.testapp\.tasks\.add: argument 'a' is nested more than 98 levels deep "
+               r"\(dicts and lists, the value itself counting as one\); flatten it, or pass the deep part as a JSON")
+    with pytest.raises(TypeError, match=message):
+        tasks.add.enqueue(nested(5000, kind), [])
+    with pytest.raises(TypeError, match="argument 'b' is nested more than 98 levels deep"):
+        tasks.add.enqueue(b=nested(99, kind), a=[])
+    assert not ProcedureRun.objects.exists()
+    result = tasks.add.enqueue([nested(97)], [])  # 98 levels: the deepest allowed, stored and run
+    drain()
+    assert result_of(result.id).return_value == [nested(97)]
+
+
+def returns_deep():
+    return nested(5000)
+
+
+def test_a_return_value_nested_too_deeply_fails_the_attempt_saying_so():
+    result = ProceduresTask(func=returns_deep).enqueue()
+    drain()
+    row = ProcedureRun.objects.get(id=result.id)
+    assert row.status == "failed"
+    assert "the return value of tests.tasks.test_backend.returns_deep is nested more than 100 levels deep" in row.error
+
+
 def test_tuples_and_bytes_are_converted_as_the_framework_does():
     result = tasks.add.enqueue((1, 2), (3,))
     assert result.args == [[1, 2], [3]]

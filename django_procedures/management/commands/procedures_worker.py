@@ -35,8 +35,10 @@ class Command(BaseCommand):
         parser.add_argument("--worker-id", default="", help="Name of this worker in leases and logs.")
         parser.add_argument("--metrics-port", type=int, default=None,
                             help="Serve Prometheus metrics at http://HOST:PORT/metrics (needs the [prometheus] extra).")
-        parser.add_argument("--metrics-host", default="0.0.0.0",
-                            help="Address the metrics server listens on (default: 0.0.0.0, every interface).")
+        # Loopback by default: the metrics server has no authentication, so exposing it is the operator's choice.
+        parser.add_argument("--metrics-host", default="127.0.0.1",
+                            help="Address the metrics server listens on (default: 127.0.0.1, this host only; "
+                                 "0.0.0.0 for every interface).")
 
     def handle(self, *args: Any, **options: Any) -> None:
         queues = None

@@ -34,6 +34,7 @@ from django.db import connection, transaction
 
 from django_procedures import RunStatus, pause_schedule, register_schedule
 from django_procedures.models import Lease, ProcedureRun, Schedule, Step
+from django_procedures.policy.ids import short_id  # what the admin shows: the random end of the id
 from testproject.demo.procedures import ChargeInvoice, ProvisionTenant, RefreshRates, SyncToCRM
 
 FINAL = [status for status in RunStatus if status.is_final]
@@ -128,7 +129,7 @@ class Command(BaseCommand):
 
         self.stdout.write("")
         self.stdout.write(
-            f"{self.style.MIGRATE_LABEL(f'{run.type_name:<20}')}  {str(run.id)[:8]}  {style(f'{run.status:<7}')}  "
+            f"{self.style.MIGRATE_LABEL(f'{run.type_name:<20}')}  {short_id(run.id)}  {style(f'{run.status:<7}')}  "
             f"{attempts} attempt{'s' if attempts != 1 else ' '}  {'' if duration is None else f'{duration:.2f} s'}")
         if run.status == "done":
             self.stdout.write(self._clip(f"  output  {json.dumps(run.output)}"))
@@ -173,7 +174,7 @@ class Command(BaseCommand):
         rows = [("tick", "run", "status", "started", "took", "output")]
         first = runs[0].tick_at if runs else None
         for run in runs:
-            rows.append((_fmt_offset(_seconds(first, run.tick_at)), str(run.id)[:8], run.status,
+            rows.append((_fmt_offset(_seconds(first, run.tick_at)), short_id(run.id), run.status,
                          _fmt_offset(_seconds(run.tick_at, run.started_at)),
                          _fmt_duration(_seconds(run.started_at, run.finished_at)),
                          json.dumps(run.output) if run.output is not None else ""))
