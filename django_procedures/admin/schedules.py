@@ -107,8 +107,10 @@ class ScheduleAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.Mo
     """Operators read schedules' metrics here, edit definitions, and pause, resume or trigger them."""
 
     form = ScheduleForm
-    list_display = ("name", "procedure", "mode_label", "cadence", "next_tick", "active_pending", "runs",
-                    "skips", "overlaps", "failures", "last_drift", "status")
+    # What needs a look first (pause reason or error, failures, drift), the plain counts after: at 1440 px with
+    # both sidebars open, the counts are what scrolls out of sight, not those.
+    list_display = ("name", "procedure", "mode_label", "cadence", "next_tick", "status", "failures", "last_drift",
+                    "active_pending", "runs", "skips", "overlaps")
     list_filter = ("mode", "enabled")
     search_fields = ("name", "procedure")
     search_help_text = _("Part of a schedule's name or of its procedure type.")
