@@ -7,7 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
-from django.db import connections
+from django.db import DatabaseError, connections, transaction
 
 from django_procedures.conf import DEFAULTS, conf
 from django_procedures.policy.durations import parse_duration
@@ -66,6 +66,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         errors.append(Error(f"PROCEDURES['METRICS_COUNT_CAP'] must be a positive integer; got {cap!r}",
                             hint="The default is 100000.", id="django_procedures.E014"))
     errors.extend(_check_tracing(conf.TRACING))
+    ticker = conf.TICKER
+    if ticker is not None and (not isinstance(ticker, str) or not ticker.strip()):
+        errors.append(Error(f"PROCEDURES['TICKER'] must be None or a non-empty string saying who ticks the "
+                            f"schedules; got {ticker!r}",
+                            hint='For example "a cron job calling django_procedures.tick() every minute", or None '
+                                 "to have check W004 look for a procedures_worker --with-scheduler or Celery beat.",
+                            id="django_procedures.E019"))
     try:
         if conf.RETENTION is not None:
             parse_duration(conf.RETENTION)
@@ -76,6 +83,33 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         errors.extend(_check_sqlite())
     errors.extend(_check_pooler())
     return errors
+
+
+@register(Tags.database)
+def check_schedules_ticked(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Any]:
+    """W004: schedules are enabled, but nothing is set up to tick them (see ``store.tickers``).
+
+    A database check: Django runs it for ``migrate`` and ``manage.py check --database default``, not for every
+    command. A database that cannot be reached or is not migrated yet gives no warning (other checks, and
+    ``migrate``, speak of those).
+    """
+    if not databases or "default" not in databases or conf.TICKER:
+        return []
+    from django_procedures.store.tickers import enabled_schedules, tickers
+
+    try:
+        with transaction.atomic():  # a savepoint: a missing table leaves a caller's transaction usable
+            if not enabled_schedules() or tickers():
+                return []
+    except DatabaseError:
+        return []
+    return [Warning(
+        "schedules are enabled, but nothing is set up to tick them: no procedures_worker --with-scheduler was seen "
+        "in the last hour and no enabled Celery beat entry sends django_procedures.tick, so no schedule starts a run",
+        hint="Run one procedures_worker with --with-scheduler; or add 'django_celery_beat' and "
+             "'django_procedures.contrib.celery' to INSTALLED_APPS, migrate and run celery beat; or, if something "
+             "else calls django_procedures.tick(), say what in PROCEDURES['TICKER'].",
+        id="django_procedures.W004")]
 
 
 def _check_tracing(tracing: Any) -> list[Any]:

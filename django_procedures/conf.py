@@ -50,6 +50,10 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_QUEUE": "default",
     # How often procedures_worker --with-scheduler (and the Celery beat entry) runs a scheduling pass.
     "TICK_SECONDS": 1.0,
+    # Who ticks the schedules when neither a procedures_worker --with-scheduler nor the Celery beat entry does
+    # (e.g. "cron job running manage.py shell -c 'import django_procedures; django_procedures.tick()'"); None:
+    # check W004 looks for one of those two. Worker logs name it.
+    "TICKER": None,
     # Finished trees older than this are pruned by the workers, a little at a time, and by procedures_prune
     # (its default --older-than): a duration like "30d", seconds, or a timedelta. None: workers keep everything.
     "RETENTION": "30d",

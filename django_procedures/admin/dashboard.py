@@ -88,14 +88,25 @@ def workers_panel(since: datetime) -> dict[str, Any]:
     }
 
 
-def schedules_panel(limit: int = 10) -> dict[str, Any]:
-    """Schedules that need a look: the paused ones, those with failures (most first), the largest drift."""
+def schedules_panel(now: datetime, limit: int = 10) -> dict[str, Any]:
+    """Schedules that need a look: the paused ones, those with failures (most first), the largest drift.
+
+    A schedule more than two ticks behind (nothing ticks it) shows its lag now, ``now - next_tick_at``, which
+    grows until it is ticked, instead of the drift its last tick recorded.
+    """
     light = ("id", "name", "procedure", "enabled", "disabled_reason", "failures", "runs", "last_drift_ms",
-             "last_tick_at", "updated_at")
-    drift = list(Schedule.objects.filter(last_drift_ms__isnull=False).only(*light)
-                 .order_by("-last_drift_ms", "name")[:limit])
+             "last_tick_at", "updated_at", "next_tick_at", "period", "cron", "timezone")
+    drifted = Schedule.objects.filter(last_drift_ms__isnull=False).only(*light).order_by("-last_drift_ms", "name")
+    late = Schedule.objects.filter(enabled=True, next_tick_at__lt=now).only(*light).order_by("next_tick_at")
+    candidates = {s.pk: s for s in [*drifted[:limit], *late[:limit]]}
+    for s in candidates.values():
+        lag = s.overdue(now)
+        s.overdue_lag = lag
+        s.drift_ms = int(lag.total_seconds() * 1000) if lag is not None else s.last_drift_ms
+    drift = sorted((s for s in candidates.values() if s.drift_ms is not None),
+                   key=lambda s: (-s.drift_ms, s.name))[:limit]
     for s in drift:
-        ms = s.last_drift_ms or 0
+        ms = s.drift_ms
         s.drift = f"{ms:,}" + (f" ({duration(ms / 1000)})" if ms >= 1000 else "")
     counts = Schedule.objects.aggregate(total=Count("id"), paused=Count("id", filter=Q(enabled=False)),
                                         failing=Count("id", filter=Q(failures__gt=0)))
@@ -171,6 +182,6 @@ def dashboard_context(now: datetime) -> dict[str, Any]:
         "oldest_due_age": None if oldest is None else duration((now - oldest).total_seconds()),
         "workers": workers_panel(since),
         "unknown_types": unknown_types(registry.type_names()),
-        "schedules": schedules_panel(),
+        "schedules": schedules_panel(now),
         "charts": charts_panel(now, day, mark),
     }

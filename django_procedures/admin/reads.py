@@ -28,7 +28,7 @@ ROW_FIELDS = ("id", "type_name", "status", "step", "step_name", "attempt", "fail
               "root_id", "depth", "spawned_in", "position", "pending_children", "waiting_for_keys", "lock_keys",
               "in_rollback", "queue", "priority", "key", "run_at", "lease_token", "lease_owner", "lease_expires_at",
               "error", "failure_can_retry", "created_at", "started_at", "finished_at", "progress",
-              "step_started_at")
+              "step_started_at", "retried_at")
 #: Most members of one tree the procedure page loads.
 TREE_LIMIT = 500
 

@@ -30,7 +30,7 @@ from django_procedures.admin.bulk import BulkConfirmations, operator
 from django_procedures.admin.changelist import QueryStringGuard
 from django_procedures.admin.redaction import NoJsonLookups, redaction_for
 from django_procedures.admin.schedule_confirm import DELETE, PAUSE, RESUME, TRIGGER
-from django_procedures.admin.why import first_line, timestamp
+from django_procedures.admin.why import duration, first_line, timestamp
 from django_procedures.exceptions import UnknownProcedureType
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.policy.ids import short_id
@@ -107,8 +107,10 @@ class ScheduleAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.Mo
     """Operators read schedules' metrics here, edit definitions, and pause, resume or trigger them."""
 
     form = ScheduleForm
-    list_display = ("name", "procedure", "mode_label", "cadence", "next_tick", "active_pending", "runs",
-                    "skips", "overlaps", "failures", "last_drift", "status")
+    # What needs a look first (pause reason or error, failures, drift), the plain counts after: at 1440 px with
+    # both sidebars open, the counts are what scrolls out of sight, not those.
+    list_display = ("name", "procedure", "mode_label", "cadence", "next_tick", "status", "failures", "last_drift",
+                    "active_pending", "runs", "skips", "overlaps")
     list_filter = ("mode", "enabled")
     search_fields = ("name", "procedure")
     search_help_text = _("Part of a schedule's name or of its procedure type.")
@@ -167,8 +169,8 @@ class ScheduleAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.Mo
             return format_html('<span class="proc-muted">{}</span>', _("paused"))
         if s.next_tick_at is None:
             return format_html('<span class="proc-muted">{}</span>', _("when its run finishes"))
-        return format_html('<span title="{}">{}</span>', moment(s.next_tick_at),
-                           display.relative(s.next_tick_at, timezone.now()))
+        return format_html('<span title="{}">{}</span>{}', moment(s.next_tick_at),
+                           display.relative(s.next_tick_at, timezone.now()), overdue_flag(s, timezone.now()))
 
     @admin.display(description=_("active · pending"), ordering="active_runs")
     def active_pending(self, s: Schedule) -> str:
@@ -232,7 +234,9 @@ class ScheduleAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.Mo
     def next_tick_detail(self, s: Schedule) -> str:
         if s.next_tick_at is None or not s.enabled:
             return self.next_tick(s)
-        return format_html("{} ({})", moment(s.next_tick_at), display.relative(s.next_tick_at, timezone.now()))
+        now = timezone.now()
+        return format_html("{} ({}){}", moment(s.next_tick_at), display.relative(s.next_tick_at, now),
+                           overdue_flag(s, now))
 
     # Every time on the page in one format, the procedure pages' (Django's default renders these three as
     # "Dec. 1, 2026, 2:05 a.m." beside "2026-12-01 02:10:00 UTC").
@@ -362,6 +366,16 @@ class ScheduleAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.Mo
 
     def trigger_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return self.button_view(request, object_id, TRIGGER)
+
+
+def overdue_flag(s: Schedule, now: Any) -> str:
+    """A badge once the schedule is more than two ticks behind: nothing is ticking it (see docs/schedules.md)."""
+    lag = s.overdue(now)
+    if lag is None:
+        return ""
+    return format_html(' <span class="proc-badge proc-failed sched-overdue" title="{}">{}</span>', _(
+        "Not ticked for %(lag)s, more than two ticks: is a procedures_worker --with-scheduler or Celery beat "
+        "running?") % {"lag": duration(lag.total_seconds())}, _("overdue"))
 
 
 def runs_url(site: str, pk: Any) -> str:

@@ -8,6 +8,8 @@ A member's life is a sequence of segments. Its step attempts (``done``, ``failed
 
 - ``queued``: from creation to the first attempt, or after a release, until a worker claimed it;
 - ``retry``: after a failed or lost attempt, until the next attempt started (backoff and pickup);
+- ``manual``: failed for good, until an operator's manual retry (then ``queued`` until it was claimed);
+  only the latest manual retry is recorded (``retried_at``), so earlier ones are drawn as ``retry``;
 - ``waiting``: a parent that spawned children, from its suspending step to its next attempt.
 """
 
@@ -19,7 +21,7 @@ from datetime import datetime, timedelta
 
 #: Segment kinds that are attempts (bars) rather than gaps.
 ATTEMPT_KINDS = frozenset({"done", "failed", "lost", "running"})
-GAP_KINDS = frozenset({"queued", "retry", "waiting"})
+GAP_KINDS = frozenset({"queued", "retry", "manual", "waiting"})
 #: A bar never narrower than this (px), so a 3 ms step is still visible and clickable.
 MIN_BAR = 3.0
 
@@ -50,6 +52,7 @@ class Member:
     has_children: bool = False
     finished_at: datetime | None = None
     current: bool = False
+    retried_at: datetime | None = None  # the latest manual retry
 
 
 @dataclass(frozen=True)
@@ -106,18 +109,29 @@ def segments(member: Member, now: datetime) -> list[Segment]:
     for attempt in attempts:
         end = attempt.end or now
         if attempt.start > cursor:
-            out.append(Segment(_gap_after(previous, member), cursor, attempt.start))
+            out.extend(_gap(previous, member, cursor, attempt.start))
         kind = attempt.status if attempt.end is not None else "running"
         out.append(Segment(kind, attempt.start, max(end, attempt.start), attempt))
         cursor, previous = max(cursor, end), attempt
     tail_end = member.finished_at or (None if member.status in _FINAL else now)
     tail = _tail_kind(member, previous)
     if tail is not None and tail_end is not None and tail_end > cursor:
-        out.append(Segment(tail, cursor, tail_end))
+        # Ready again after failing for good: retried by an operator, not yet claimed.
+        out.extend(_gap(previous, member, cursor, tail_end) if member.status == "ready" else
+                   [Segment(tail, cursor, tail_end)])
     return out
 
 
 _FINAL = frozenset({"done", "failed", "rolled_back", "cancelled"})
+
+
+def _gap(previous: Attempt | None, member: Member, start: datetime, end: datetime) -> list[Segment]:
+    """The gap before an attempt; split where an operator retried a procedure that had failed for good."""
+    retried = member.retried_at
+    if previous is not None and previous.status == "failed" and retried is not None and start <= retried <= end:
+        return [Segment(kind, a, b) for kind, a, b in (("manual", start, retried), ("queued", retried, end))
+                if b > a]
+    return [Segment(_gap_after(previous, member), start, end)]
 
 
 def _gap_after(previous: Attempt | None, member: Member) -> str:

@@ -33,8 +33,12 @@ COUNT_CAP = 10_000
 
 LABEL_WIDTH, CHART_WIDTH, LANE_HEIGHT, AXIS_HEIGHT, LEGEND_HEIGHT = 250, 830, 20, 22, 26
 COLOURS = {"done": "#1a7f37", "failed": "#cf222e", "lost": "#9a6700", "running": "#1f6feb",
-           "queued": "#8c959f", "retry": "#bf8700", "waiting": "#8250df"}
-GAP_WORDS = {"queued": "queued, not claimed yet", "retry": "waiting to retry", "waiting": "waiting for its children"}
+           "queued": "#8c959f", "retry": "#bf8700", "manual": "#ff8182", "waiting": "#8250df"}
+GAP_WORDS = {"queued": "queued, not claimed yet", "retry": "waiting to retry",
+             "manual": "failed, awaiting a manual retry", "waiting": "waiting for its children"}
+#: The legend's words for each kind, in its order.
+LEGEND = {"done": "done", "failed": "failed", "lost": "lost", "running": "running", "queued": "queued",
+          "retry": "retry wait", "manual": "failed, awaiting a manual retry", "waiting": "waiting for children"}
 
 
 @dataclass
@@ -90,7 +94,7 @@ def member_of(node: Node, attempts: list[Attempt], current_id: Any) -> Member:
         attempts.append(Attempt(row.step, name, row.attempt, "running", row.step_started_at, None))
     return Member(key=str(row.id), label=f"{row.type_name} {short_id(row.id)}", depth=row.depth, status=row.status,
                   created_at=row.created_at, attempts=tuple(attempts), has_children=bool(node.children),
-                  finished_at=row.finished_at, current=row.id == current_id)
+                  finished_at=row.finished_at, current=row.id == current_id, retried_at=row.retried_at)
 
 
 def hidden_members(tree: Tree, drawn: int, root_id: Any) -> tuple[int, bool]:
@@ -182,11 +186,10 @@ def render(axis: Any, lanes: list[Lane], now: datetime) -> str:
 
 def legend(y: float) -> str:
     items, x = [], 4.0
-    for kind in ("done", "failed", "lost", "running", "queued", "retry", "waiting"):
+    for kind, word in LEGEND.items():
         gap = kind not in ATTEMPT_KINDS
         items.append(svg.empty("rect", x=x, y=y + (4 if gap else 0), width=14, height=4 if gap else 12,
                                fill=COLOURS[kind]))
-        word = {"queued": "queued", "retry": "retry wait", "waiting": "waiting for children"}.get(kind, kind)
         items.append(svg.tag("text", svg.text(word), x=x + 18, y=y + 10, class_="tl-legend"))
         x += 30 + 7 * len(word)
     return svg.tag("g", *items, class_="tl-legend-box")

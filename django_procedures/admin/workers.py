@@ -62,7 +62,7 @@ class WorkerAdmin(admin.ModelAdmin):
     """Read-only: rows are written by the workers and removed by ``procedures_prune``."""
 
     list_display = ("worker_id", "state_badge", "running_now", "hostname", "pid", "queue_list", "concurrency",
-                    "version", "started", "last_seen")
+                    "with_scheduler", "version", "started", "last_seen")
     list_filter = (WorkerStateFilter, "hostname")
     search_fields = ("worker_id", "hostname")
     ordering = ("-last_seen_at",)

@@ -13,6 +13,7 @@ from django.db.models import Q
 
 from django_procedures.models.readonly import ReadOnlyQuerySet, StoreWritten, WriterQuerySet
 from django_procedures.policy.cron import CronError, CronExpression
+from django_procedures.policy.overdue import overdue_lag
 from django_procedures.policy.schedule import Cadence, Missed, Mode, ScheduleSettings, every
 from django_procedures.policy.schedule_args import MAX_CONCURRENCY, duration_problem
 from django_procedures.policy.state import StateEncoder
@@ -120,6 +121,18 @@ class Schedule(StoreWritten):
 
     def pending(self) -> tuple[datetime, ...]:
         return tuple(datetime.fromisoformat(t) for t in self.pending_ticks)
+
+    def overdue(self, now: datetime) -> timedelta | None:
+        """How long its next tick has waited, once it is more than two ticks behind (nothing ticks it); else None.
+
+        A paused schedule is never overdue, nor one whose cadence cannot be read (it shows its error instead).
+        """
+        if not self.enabled:
+            return None
+        try:
+            return overdue_lag(self.next_tick_at, now, self.cadence())
+        except CADENCE_ERRORS:
+            return None
 
     # -- validation ----------------------------------------------------------------------------
 

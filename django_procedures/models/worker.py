@@ -72,6 +72,7 @@ class Worker(StoreWritten):
     queues = models.JSONField(default=list, blank=True, help_text="Queues it serves; empty: every queue.")
     concurrency = models.PositiveIntegerField()
     lease_seconds = models.FloatField()
+    with_scheduler = models.BooleanField(default=False, help_text="Started with --with-scheduler: it ticks schedules.")
     started_at = models.DateTimeField()
     last_seen_at = models.DateTimeField()
     alive_until = models.DateTimeField(help_text="Gone if not renewed by then (database clock).")

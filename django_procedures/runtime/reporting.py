@@ -12,6 +12,7 @@ from django_procedures.runtime.outage import watch
 from django_procedures.store.claim import unknown_types
 from django_procedures.store.db import is_disconnect
 from django_procedures.store.schema import require_tables
+from django_procedures.store.tickers import enabled_schedules, tickers
 
 logger = logging.getLogger("django_procedures.worker")
 
@@ -60,3 +61,39 @@ def tables_ready(worker_id: str) -> bool:
             logger.warning("worker %s: could not check the tables: %s", worker_id, error)
         connection.close()
         return False
+
+
+def report_schedules(worker_id: str, created: Sequence[str], *, ticks: bool) -> None:
+    """At start-up, after syncing the schedules declared in code: what was stored, and who ticks schedules.
+
+    A worker without ``--with-scheduler`` starts no scheduled run itself: it names what does, or warns
+    when schedules are enabled and nothing it can see ticks them (check W004 says the same).
+    """
+    stored = ", ".join(created)
+    if ticks:
+        if created:
+            logger.info("worker %s: stored schedules declared in code: %s; this worker ticks them", worker_id, stored)
+        return
+    try:
+        enabled = enabled_schedules()
+        found = tickers() if enabled else []
+    except DatabaseError as error:
+        if is_disconnect(error):
+            watch.lost(error, "start-up")
+        else:
+            logger.warning("worker %s: could not look for what ticks the schedules: %s", worker_id, error)
+        connection.close()
+        return
+    if found:
+        if created:
+            logger.info("worker %s: stored schedules declared in code: %s; ticked by %s, not by this worker",
+                        worker_id, stored, "; ".join(found))
+        return
+    if enabled:
+        logger.warning("worker %s: schedules are enabled%s, but nothing ticks them: this worker runs without "
+                       "--with-scheduler, none that does was seen in the last hour, and no Celery beat entry is "
+                       "enabled. Start one worker with --with-scheduler, or Celery beat with "
+                       "django_procedures.contrib.celery, or name what calls django_procedures.tick() in "
+                       "PROCEDURES['TICKER']", worker_id, f" (stored from code: {stored})" if created else "")
+    elif created:  # created paused
+        logger.info("worker %s: stored schedules declared in code: %s", worker_id, stored)

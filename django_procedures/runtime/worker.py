@@ -90,7 +90,7 @@ class WorkerRuntime:
                            queues=config.queues, poll_seconds=config.poll_seconds,
                            application_name=application_name(self.id, "listen"))
         self.row = WorkerRow(worker_id=self.id, queues=config.queues, concurrency=config.concurrency,
-                             lease_seconds=config.lease_seconds)
+                             lease_seconds=config.lease_seconds, with_scheduler=config.with_scheduler)
         self._stop_reason: str | None = None  # the first reason given to stop(), or "burst"
         self._signalled: str | None = None  # the first SIGTERM/SIGINT, not yet acted on by the main loop
         self.crew = Crew(config.concurrency, self._executor_loop)
@@ -116,9 +116,7 @@ class WorkerRuntime:
                     connection.vendor, len(self.types), self.config.lease_seconds)
         self._tables_checked = reporting.tables_ready(self.id)
         reporting.report_unknown_types(self.id, self.types)
-        created = sync_declared()
-        if created:
-            logger.info("worker %s: created schedules declared in code: %s", self.id, ", ".join(created))
+        reporting.report_schedules(self.id, sync_declared(), ticks=self.config.with_scheduler)
         # The handlers come before the registry row: a worker that shows as registered stops gracefully.
         with graceful_signals(self._on_signal):
             self.row.register()

@@ -34,9 +34,9 @@ class WorkerRow:
     """This process's ``Worker`` row: ``register()``, then ``renew()`` from the heartbeat thread, ``stop()``."""
 
     def __init__(self, *, worker_id: str, queues: Sequence[str] | None, concurrency: int,
-                 lease_seconds: float) -> None:
+                 lease_seconds: float, with_scheduler: bool = False) -> None:
         self.worker_id, self.queues, self.concurrency = worker_id, queues, concurrency
-        self.lease_seconds = lease_seconds
+        self.lease_seconds, self.with_scheduler = lease_seconds, with_scheduler
         self.interval = lease_seconds / 3
         self.row_id: int | None = None
         self._renewed_at = 0.0
@@ -47,7 +47,7 @@ class WorkerRow:
             self.row_id = store.register(
                 worker_id=self.worker_id, hostname=socket.gethostname(), pid=os.getpid(),
                 version=package_version(), queues=self.queues, concurrency=self.concurrency,
-                lease_seconds=self.lease_seconds)
+                lease_seconds=self.lease_seconds, with_scheduler=self.with_scheduler)
             self._renewed_at = time.monotonic()
             self._failing = False
         except Exception as error:  # the database may be down at start-up: renew() registers later

@@ -282,7 +282,8 @@ def trigger(schedule: Schedule | int | str) -> dict[str, int]:
 def pause(schedule: Schedule | int | str, *, reason: str = "paused") -> None:
     with transaction.atomic():
         s = locked(schedule)
-        Schedule._writer.filter(id=s.id).update(enabled=False, disabled_reason=reason)
+        # update() skips auto_now: updated_at is set here, as everywhere an operator's view of the row changes.
+        Schedule._writer.filter(id=s.id).update(enabled=False, disabled_reason=reason, updated_at=clock.now())
 
 
 def resume(schedule: Schedule | int | str) -> None:
@@ -292,7 +293,8 @@ def resume(schedule: Schedule | int | str) -> None:
         if s.enabled:
             return
         next_tick = clock.now() if s.mode != Mode.FIXED_DELAY or not s.active_runs else None
-        Schedule._writer.filter(id=s.id).update(enabled=True, disabled_reason="", next_tick_at=next_tick)
+        Schedule._writer.filter(id=s.id).update(enabled=True, disabled_reason="", next_tick_at=next_tick,
+                                                updated_at=clock.now())
 
 
 def stop_from_run(procedure_id: uuid.UUID, lease_token: int, reason: str) -> None:
@@ -305,5 +307,5 @@ def stop_from_run(procedure_id: uuid.UUID, lease_token: int, reason: str) -> Non
         if not ProcedureRun._writer.filter(id=procedure_id, lease_token=lease_token, status__in=LEASED).exists():
             raise LeaseLost(f"procedure {procedure_id} is no longer held by lease token {lease_token}")
         Schedule._writer.filter(id=s.id).update(enabled=False, disabled_reason=f"stopped by run {procedure_id}: "
-                                                f"{reason}")
+                                                f"{reason}", updated_at=clock.now())
     logger.info("schedule %r stopped by its run %s: %s", s.name, procedure_id, reason)

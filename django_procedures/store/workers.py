@@ -19,12 +19,12 @@ MAX_DETAIL = 2000
 
 
 def register(*, worker_id: str, hostname: str, pid: int, version: str, queues: Sequence[str] | None,
-             concurrency: int, lease_seconds: float) -> int:
+             concurrency: int, lease_seconds: float, with_scheduler: bool = False) -> int:
     """Record a worker that starts now (database clock); returns its row id."""
     row = Worker._writer.create(
         worker_id=worker_id[:255], hostname=hostname[:255], pid=pid, version=version[:50], queues=list(queues or []),
-        concurrency=concurrency, lease_seconds=lease_seconds, started_at=db_now(), last_seen_at=db_now(),
-        alive_until=db_now_plus(lease_seconds))
+        concurrency=concurrency, lease_seconds=lease_seconds, with_scheduler=with_scheduler, started_at=db_now(),
+        last_seen_at=db_now(), alive_until=db_now_plus(lease_seconds))
     return row.pk
 
 

@@ -86,7 +86,7 @@ def test_dashboard_page_and_its_links(operator_client):
     assert re.search(r"status__exact=ready&amp;created_at__gte=\d{4}-", html)
     assert "The oldest due procedure has waited 7m" in text
     assert "testapp.Refuses" in text and "worker-a@host" in text
-    assert len(captured) < 20  # each panel (and chart) a query or two, whatever the number of rows
+    assert len(captured) < 21  # each panel (and chart) a query or two, whatever the number of rows
     index = operator_client.get("/admin/django_procedures/").content.decode()
     assert dashboard_url() in index
     assert dashboard_url() in operator_client.get("/admin/django_procedures/procedurerun/").content.decode()
@@ -128,3 +128,25 @@ def test_status_chips_name_statuses_as_the_filters_do(operator_client):
     chips = re.findall(r'<span class="proc-badge proc-[a-z_]+">([^<]+)</span>', html)
     assert "rolling back" in chips and "rolled back" in chips
     assert not [c for c in chips if "_" in c]
+
+
+def test_a_schedule_nobody_ticks_shows_its_growing_lag_not_the_drift_of_its_last_tick(operator_client):
+    from django_procedures import register_schedule
+    from django_procedures.models import Schedule
+    from testproject.testapp.procedures import Heartbeat
+
+    now = timezone.now()
+    for name in ("ticked", "forgotten"):
+        register_schedule(name, Heartbeat, period=timedelta(minutes=1))
+    Schedule._writer.filter(name="ticked").update(last_drift_ms=2_000, next_tick_at=now + timedelta(seconds=30))
+    # Its last tick was on time; it has not been ticked since, an hour ago.
+    Schedule._writer.filter(name="forgotten").update(last_drift_ms=5, next_tick_at=now - timedelta(hours=1))
+
+    panel = dashboard_context(now)["schedules"]
+    assert [(s.name, s.drift) for s in panel["drift_list"]] == [("forgotten", "3,600,000 (1h)"),
+                                                                 ("ticked", "2,000 (2s)")]
+    later = dashboard_context(now + timedelta(hours=1))["schedules"]
+    assert later["drift_list"][0].drift == "7,200,000 (2h)"  # it grows while nothing ticks it
+    html = operator_client.get(dashboard_url()).content.decode()
+    assert re.search(r'id="dash-drift">.*?forgotten</a></td><td>3,600,\d{3} \(1h\) <span class="proc-badge '
+                     r'proc-failed sched-overdue"', html, re.S)

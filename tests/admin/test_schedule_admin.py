@@ -277,3 +277,25 @@ def test_every_time_on_the_page_reads_in_one_format(client):
         ("Next tick", "2030-01-01 12:01:00 UTC"), ("Last tick at", "2030-01-01 12:00:00 UTC"),
         ("Last error at", "2030-01-01 12:01:00 UTC"), ("Updated at", "2030-01-01 12:02:00 UTC")]
     assert not re.search(r"\b[ap]\.m\.|noon|midnight", page)
+
+
+def test_a_schedule_more_than_two_ticks_behind_is_flagged_overdue_in_the_list_and_on_its_page(client):
+    from django.utils import timezone
+
+    now = timezone.now()
+    late, behind, paused = make("late"), make("behind"), make("paused")
+    nightly = make("nightly", cron="0 3 * * *")
+    Schedule._writer.filter(id__in=[late.id, paused.id]).update(next_tick_at=now - 11 * MIN)  # 5m period
+    Schedule._writer.filter(id=behind.id).update(next_tick_at=now - 9 * MIN)  # late, not two ticks behind
+    Schedule._writer.filter(id=nightly.id).update(next_tick_at=now - timedelta(days=2, hours=1))
+    schedules.pause("paused")
+
+    listing = client.get(schedules_url())
+    flagged = re.findall(r'<tr>(?:(?!</tr>).)*?>([\w-]+)</a>(?:(?!</tr>).)*?sched-overdue', listing.content.decode(),
+                         re.S)
+    assert sorted(flagged) == ["late", "nightly"]
+    assert "overdue" in row(listing, "late") and "11m ago" in row(listing, "late")
+    page = client.get(schedule_url(late.id)).content.decode()
+    assert re.search(r'sched-overdue" title="Not ticked for 11m[^"]*more than two ticks[^"]*--with-scheduler',
+                     unescape(page))
+    assert "sched-overdue" not in client.get(schedule_url(behind.id)).content.decode()

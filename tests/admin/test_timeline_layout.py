@@ -17,9 +17,9 @@ def attempt(index, status, start, end, n=1, name="step"):
     return Attempt(index, name, n, status, at(start), None if end is None else at(end))
 
 
-def member(*attempts, status="done", created=0.0, finished=None, children=False):
+def member(*attempts, status="done", created=0.0, finished=None, children=False, retried=None):
     return Member("id", "T id", 0, status, at(created), tuple(attempts), children,
-                  None if finished is None else at(finished))
+                  None if finished is None else at(finished), retried_at=None if retried is None else at(retried))
 
 
 def kinds(segs):
@@ -50,6 +50,26 @@ def test_a_failed_attempt_is_marked_and_followed_by_a_retry_gap():
     assert kinds(segs) == [("queued", 0, 1), ("failed", 1, 2), ("retry", 2, 6), ("lost", 6, 7), ("retry", 7, 20),
                            ("done", 20, 21)]
     assert segs[1].attempt.attempt == 1 and segs[5].attempt.attempt == 3
+
+
+def test_time_failed_for_good_until_a_manual_retry_is_its_own_kind_not_a_retry_wait():
+    # Failed at 2 with no automatic retry left; an operator retried it at 300; claimed at 301.
+    segs = segments(member(attempt(0, "failed", 1, 2, n=1), attempt(0, "done", 301, 302, n=2), finished=302,
+                           retried=300), now=at(400))
+    assert kinds(segs) == [("queued", 0, 1), ("failed", 1, 2), ("manual", 2, 300), ("queued", 300, 301),
+                           ("done", 301, 302)]
+
+
+def test_a_procedure_retried_by_an_operator_and_not_claimed_yet_shows_the_wait_then_queued():
+    segs = segments(member(attempt(0, "failed", 1, 2), status="ready", finished=None, retried=300), now=at(310))
+    assert kinds(segs) == [("queued", 0, 1), ("failed", 1, 2), ("manual", 2, 300), ("queued", 300, 310)]
+
+
+def test_automatic_retries_before_a_manual_one_stay_retry_waits():
+    segs = segments(member(attempt(0, "failed", 1, 2, n=1), attempt(0, "failed", 5, 6, n=2),
+                           attempt(0, "done", 100, 101, n=3), finished=101, retried=90), now=at(200))
+    assert kinds(segs) == [("queued", 0, 1), ("failed", 1, 2), ("retry", 2, 5), ("failed", 5, 6), ("manual", 6, 90),
+                           ("queued", 90, 100), ("done", 100, 101)]
 
 
 def test_a_parent_waits_between_spawning_and_its_next_step():

@@ -56,6 +56,27 @@ def test_a_failed_attempt_is_marked_then_a_retry_gap_then_the_attempt_that_passe
     assert root.find("s:title", NS).text.startswith("Timeline of the tree")
 
 
+def test_time_spent_failed_until_an_operator_retried_is_drawn_as_its_own_kind(operator_client):
+    from django_procedures import clock
+    from django_procedures.store import operations
+
+    handle = Flaky.submit({"fail_times": 3})  # three attempts allowed: it fails for good
+    t0 = timezone.now()
+    for seconds in (0, 10, 30):
+        drain(now=t0 + timedelta(seconds=seconds))
+    assert ProcedureRun.objects.get(id=handle.id).status == "failed"
+    with clock.frozen_at(t0 + timedelta(minutes=5)):
+        operations.retry(handle.id, by="alice")
+    drain(now=t0 + timedelta(minutes=5, seconds=1))
+    assert ProcedureRun.objects.get(id=handle.id).status == "done"
+    root = picture(operator_client, handle.id)
+    (manual,) = gaps(root, "manual")
+    assert "failed, awaiting a manual retry · 4m 30s" in manual
+    assert len(gaps(root, "retry")) == 2  # the automatic retries' backoff, and only those
+    legend = "".join(t.text for t in root.iterfind(".//s:text[@class='tl-legend']", NS))
+    assert "failed, awaiting a manual retry" in legend
+
+
 def test_every_member_of_the_tree_is_a_lane_linking_to_its_page_and_the_parent_waits(operator_client):
     handle = TolerantParent.submit({"fanout": 3, "failing": [1]})
     drain()

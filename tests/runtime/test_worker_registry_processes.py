@@ -85,3 +85,30 @@ def test_each_start_is_its_own_row(workers):
         assert w.wait(60) == 0
     rows = list(Worker.objects.filter(worker_id="same").order_by("id").values_list("stop_reason", flat=True))
     assert rows == ["burst", "burst"]
+
+
+def test_a_worker_records_whether_it_ticks_and_one_that_does_not_warns_when_nothing_does(workers):
+    from datetime import timedelta
+
+    from django_celery_beat.models import PeriodicTask
+
+    from django_procedures import register_schedule
+    from django_procedures.checks import check_schedules_ticked
+    from django_procedures.store import schedules
+    from testproject.testapp.procedures import Heartbeat
+
+    PeriodicTask.objects.all().delete()  # no Celery beat entry
+    register_schedule("hourly", Heartbeat, period=timedelta(hours=1))
+    plain = workers.start(lease_seconds=3, procedures=FAST)
+    assert not wait_state(plain.worker_id, WorkerState.ALIVE, workers=workers).with_scheduler
+    (line,) = plain.log_lines(level="WARNING", containing="nothing ticks them")
+    assert "this worker runs without --with-scheduler" in line
+    assert [m.id for m in check_schedules_ticked(databases=["default"])] == ["django_procedures.W004"]
+
+    ticking = workers.start("--with-scheduler", lease_seconds=3, procedures=FAST)
+    assert wait_state(ticking.worker_id, WorkerState.ALIVE, workers=workers).with_scheduler
+    assert check_schedules_ticked(databases=["default"]) == []
+    schedules.pause("hourly")
+    for worker in (plain, ticking):
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(60) == 0

@@ -121,6 +121,22 @@ def test_paused_schedules_do_not_tick_and_resume_is_due_now():
     assert (report.started, report.skipped) == (1, 0)  # one tick for the paused stretch, not a burst
 
 
+def test_pause_resume_and_a_run_ending_its_schedule_record_when_the_schedule_changed():
+    """updated_at ("last changed" on the dashboard's paused list) moves with what an operator sees change."""
+    from django_procedures import clock
+
+    s = make(state={"stop": "the tenant was deleted"})
+    for moment, operation in ((T0 + MIN, schedules.pause), (T0 + 2 * MIN, schedules.resume)):
+        with clock.frozen_at(moment):
+            operation(s)
+        s.refresh_from_db()
+        assert s.updated_at == moment, operation.__name__
+    tick(T0 + 3 * MIN)
+    drain(now=T0 + 4 * MIN)  # the run stops its own schedule
+    s.refresh_from_db()
+    assert not s.enabled and s.updated_at == T0 + 4 * MIN
+
+
 def test_a_run_past_max_run_time_is_cancelled_as_a_failure():
     from django_procedures import clock
     from django_procedures.store.claim import claim
