@@ -16,7 +16,7 @@ from django.db import Error, transaction
 from django_procedures.runtime.outage import watch
 from django_procedures.runtime.running import Outcome, RunningClaim, log_extra, logger
 from django_procedures.store import transitions
-from django_procedures.store.db import is_disconnect
+from django_procedures.store.db import cut_while_idle, is_disconnect
 
 #: Times one claim resumes after a lost connection before it is left to its lease expiry.
 MAX_RECONNECTS = 3
@@ -109,7 +109,7 @@ def record(running: RunningClaim, idempotent: bool, write: Callable[[], object])
             write()
             return
         except Error as error:  # Django's InterfaceError is no DatabaseError
-            if not is_disconnect(error):
+            if not is_disconnect(error) or cut_while_idle(error):  # idle cut: the step's failure, see executor
                 raise
             found = wait_for_database(running, error)
             if found is None:
