@@ -13,7 +13,7 @@ from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
 from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error, decide_failure, is_poisonous
 from django_procedures.policy.state import copy_state, find_problem
 from django_procedures.procedure import Procedure, Status, StepSpec
-from django_procedures.runtime import hooks, observe, reconnect
+from django_procedures.runtime import hooks, observe, reconnect, write_lock
 from django_procedures.runtime.connections import idle_cut_text, set_transaction_timeout
 from django_procedures.runtime.context import Context
 from django_procedures.runtime.running import (
@@ -178,7 +178,7 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
         procedure.state = copy_state(saved_state)
         try:
             if first.atomic:
-                with transaction.atomic():
+                with transaction.atomic(), write_lock.held(running):
                     set_transaction_timeout(transaction.get_connection())
                     return _run_steps(procedure, cls, first, running)
             if not first.idempotent:
