@@ -29,6 +29,7 @@ def configure_connection(sender: Any = None, *, connection: Any, idle_timeout: f
         return
     runs_steps = _thread_role().startswith("exec-")
     timeout_ms = int((idle_timeout if runs_steps else own_idle_timeout) * 1000)
+    connection.procedures_idle_timeout = timeout_ms / 1000  # named by idle_cut_text() when it cuts a step
     if transaction_pooled():
         # A session SET would stay on whichever server connection ran it, and cut the transactions of the
         # pooler's next client of that connection (a web request, say); each step transaction sets it instead.
@@ -45,6 +46,16 @@ def set_transaction_timeout(connection: Any) -> None:
         return
     with connection.cursor() as cursor:
         cursor.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, true)", [str(timeout_ms)])
+
+
+def idle_cut_text(error: BaseException, connection: Any, where: str) -> str:
+    """What a failed attempt says when PostgreSQL cut ``where``'s transaction for idling (``db.cut_while_idle``)."""
+    seconds = getattr(connection, "procedures_idle_timeout", None)
+    value = f" ({seconds:g}s)" if seconds is not None else ""
+    return (f"{str(error).strip()}: {where} kept its transaction open and idle longer than "
+            f"PROCEDURES['IDLE_IN_TRANSACTION_TIMEOUT_SECONDS']{value}, and PostgreSQL ended the session; make "
+            "the step non-atomic (@step(atomic=False)) so its slow non-database work holds no transaction, or "
+            "shorter, or raise the setting")
 
 
 def name_connection(sender: Any = None, *, connection: Any, worker_id: str, **kwargs: Any) -> None:

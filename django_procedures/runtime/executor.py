@@ -13,8 +13,8 @@ from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
 from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error, decide_failure, is_poisonous
 from django_procedures.policy.state import copy_state, encode_state, find_problem, size_problem
 from django_procedures.procedure import Procedure, Status, StepSpec
-from django_procedures.runtime import hooks, reconnect
-from django_procedures.runtime.connections import set_transaction_timeout
+from django_procedures.runtime import hooks, reconnect, write_lock
+from django_procedures.runtime.connections import idle_cut_text, set_transaction_timeout
 from django_procedures.runtime.context import Context
 from django_procedures.runtime.endings import (
     Completed,
@@ -29,7 +29,7 @@ from django_procedures.runtime.endings import (
 from django_procedures.runtime.running import Outcome, RunningClaim, error_text, log_extra, logger, trace_text
 from django_procedures.runtime.settle import fenced_out, settle, settle_last
 from django_procedures.store import fence, transitions
-from django_procedures.store.db import is_conflict, is_disconnect, own_connection_lost, session
+from django_procedures.store.db import cut_while_idle, is_conflict, is_disconnect, own_connection_lost, session
 from django_procedures.store.fence import StepRecord
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def _execute(running: RunningClaim) -> Outcome:
     except LeaseLost:  # refused by the fence outside the settle point (taking stock of children, an unsafe step)
         return fenced_out(running)
     except DatabaseError as error:
-        if is_disconnect(error):
+        if is_disconnect(error) and not cut_while_idle(error):
             raise  # a lost connection costs no attempt: execute() reconnects and resumes
         # A worker frozen past its lease (SIGSTOP, VM pause) finds its step's transaction cut by
         # idle_in_transaction_session_timeout when it wakes. If the lease moved meanwhile, this is the
@@ -133,11 +133,13 @@ def _execute(running: RunningClaim) -> Outcome:
         # Still ours: the database refused the step's transaction (cut while idle, or a conflict that kept
         # coming back). That is a failed attempt, recorded on a fresh connection and retried by the policy.
         record = StepRecord(claim.step, claim.step_name, claim.attempt, clock.now(), clock.now())
-        failed = _StepFailed(record, DatabaseError(_database_hint(error)), trace_text())
+        failed = _StepFailed(record, DatabaseError(_database_hint(error, claim.step_name)), trace_text())
         return _record_failure(procedure, cls, running, failed)
 
 
-def _database_hint(error: DatabaseError) -> str:
+def _database_hint(error: DatabaseError, step_name: str) -> str:
+    if cut_while_idle(error):
+        return idle_cut_text(error, transaction.get_connection(), f"step {step_name}")
     text = str(error).strip()
     if "idle-in-transaction" in text or "idle_in_transaction" in text:
         return (f"{text} (the step's transaction stayed idle longer than idle_in_transaction_session_timeout: "
@@ -170,7 +172,7 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
         procedure.state = copy_state(saved_state)
         try:
             if first.atomic:
-                with transaction.atomic():
+                with transaction.atomic(), write_lock.held(running):
                     set_transaction_timeout(transaction.get_connection())
                     return settle_last(running, _run_steps(procedure, cls, first, running))
             if not first.idempotent:
@@ -224,6 +226,8 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             if own_connection_lost(error, before):
                 raise  # the worker's connection died under the step: not its failure (see execute)
             record = StepRecord(index, spec.name, attempt, started, clock.now())
+            if cut_while_idle(error):  # the step's own query met its cut session
+                error = DatabaseError(idle_cut_text(error, transaction.get_connection(), f"step {spec.name}"))
             raise _StepFailed(record, error, trace_text()) from error
         finally:
             running.in_step, running.deadline = False, None

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from django.db import connection
 
-from django_procedures.runtime import deadlines
+from django_procedures.runtime import deadlines, write_lock
 from django_procedures.runtime.executor import RunningClaim, fail_overdue
 from django_procedures.runtime.outage import watch
 from django_procedures.store.db import is_disconnect
@@ -56,6 +56,8 @@ class Heartbeat(threading.Thread):
     def run(self) -> None:
         try:
             while not self.stop_event.wait(self.interval if self._healthy() else min(1.0, self.interval)):
+                if self._sqlite_lock_is_ours():
+                    continue
                 self.beat()
                 for duty in self.duties:
                     self._do(duty)
@@ -74,6 +76,13 @@ class Heartbeat(threading.Thread):
             self._failing_duties.add(duty.name)
         else:
             self._failing_duties.discard(duty.name)
+
+    def _sqlite_lock_is_ours(self) -> bool:
+        """Our own step holds SQLite's write lock: no beat, as nobody can take a lease meanwhile (``write_lock``)."""
+        if not write_lock.held_by_us(self.running()):
+            return False
+        self.last_success, self._failing = time.monotonic(), False
+        return True
 
     def _healthy(self) -> bool:
         return time.monotonic() - self.last_success < self.interval * 1.5

@@ -17,7 +17,7 @@ from django_procedures.runtime.endings import Ended, Lost, Parked
 from django_procedures.runtime.outage import watch
 from django_procedures.runtime.running import RunningClaim, log_extra, logger
 from django_procedures.store import fence
-from django_procedures.store.db import is_disconnect
+from django_procedures.store.db import cut_while_idle, is_disconnect
 
 #: Times one claim resumes after a lost connection before it is left to its lease expiry.
 MAX_RECONNECTS = 3
@@ -96,7 +96,7 @@ def record(running: RunningClaim, idempotent: bool, write: Callable[[], object])
             write()
             return
         except Error as error:  # Django's InterfaceError is no DatabaseError
-            if not is_disconnect(error):
+            if not is_disconnect(error) or cut_while_idle(error):  # idle cut: the step's failure, see executor
                 raise
             found = wait_for_database(running, error)
             if isinstance(found, Lost):

@@ -62,6 +62,10 @@ class RunningClaim:
     given_back: bool = False
     #: The executor thread that took it up (None while prefetched); see ``runtime.crew``.
     owner: threading.Thread | None = None
+    #: The worker's lease; None when no heartbeat renews it (``drain()``).
+    lease_seconds: float | None = None
+    #: ``time.monotonic()`` since an atomic step's transaction holds SQLite's write lock (see ``write_lock``).
+    write_lock_since: float | None = None
     #: Its steps' ``ctx.progress()`` reports; a worker on PostgreSQL writes them on a side connection.
     progress: ProgressRecorder = None  # type: ignore[assignment]
 

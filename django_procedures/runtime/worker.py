@@ -22,7 +22,7 @@ from django_procedures.exceptions import ProceduresNotMigrated
 from django_procedures.policy.prefetch import GIVE_BACK_SECONDS, Prefetch, stale, to_claim
 from django_procedures.policy.worker_config import WorkerConfig
 from django_procedures.policy.workers import StopReason, stop_reason
-from django_procedures.runtime import observe, reporting, retention, tracing
+from django_procedures.runtime import observe, reporting, retention, tracing, write_lock
 from django_procedures.runtime.chores import Chore
 from django_procedures.runtime.connections import (
     APPLICATION_NAME_PREFIX,
@@ -234,7 +234,9 @@ class WorkerRuntime:
                 close_old_connections()
                 if not self._tables_checked:  # the database was down at start-up
                     self._tables_checked = reporting.tables_ready(self.id)
-                for chore in chores:
+                with self._lock:  # SQLite: while our own step holds the write lock, a chore would only wait for it
+                    lock_is_ours = write_lock.held_by_us(self.running.values())
+                for chore in () if lock_is_ours else chores:
                     chore.run_if_due()
                 self._give_back_stale()
                 with self._lock:
@@ -278,7 +280,8 @@ class WorkerRuntime:
         watch.restored()
         observe.claimed(claims)
         for c in claims:
-            running = RunningClaim(c, progress=ProgressRecorder(c, side_connection=connection.vendor == "postgresql"))
+            running = RunningClaim(c, progress=ProgressRecorder(c, side_connection=connection.vendor == "postgresql"),
+                                   lease_seconds=self.config.lease_seconds)
             with self._lock:
                 self.running[(c.id, c.lease_token)] = running
                 self.busy += 1

@@ -185,6 +185,21 @@ def session() -> Any:
     return wrapper.connection
 
 
+#: idle_in_transaction_session_timeout: PostgreSQL ended a session whose transaction was left idle too long.
+IDLE_TIMEOUT_SQLSTATE = "25P03"
+
+
+def cut_while_idle(error: BaseException) -> bool:
+    """The session was ended because its open transaction stayed idle past ``idle_in_transaction_session_timeout``.
+
+    A disconnect too (:func:`is_disconnect`), but on a connection that runs
+    steps, whose timeout outlasts the lease (check E005), it is the step's
+    doing: it held its transaction open doing something else. The executor
+    makes it a failed attempt, never a lost connection to resume from.
+    """
+    return isinstance(error, Error) and sqlstate(error) == IDLE_TIMEOUT_SQLSTATE
+
+
 def own_connection_lost(error: BaseException, before: Any) -> bool:
     """The error means this thread's own connection to the default database was lost since ``before``.
 
@@ -195,7 +210,7 @@ def own_connection_lost(error: BaseException, before: Any) -> bool:
     raised ran) must have ended: closed, or replaced (Django reconnects on
     the way out of an ``atomic()`` block whose rollback failed).
     """
-    if not is_disconnect(error):
+    if not is_disconnect(error) or cut_while_idle(error):  # the step's own doing (see cut_while_idle)
         return False
     raw = connection.connection
     return (raw is None or raw is not before or bool(getattr(raw, "closed", False))

@@ -715,3 +715,4 @@ class SessionProbe(Procedure):
                            "current_setting('application_name')")
             timeout, name = cursor.fetchone()
         return Status.done(output={"idle_in_transaction_session_timeout": timeout, "application_name": name})
+from testproject.testapp.long_steps import *  # noqa: E402, F403 - steps holding a transaction a long time
