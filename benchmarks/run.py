@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.throwaway_server:
         return run(args)
     from benchmarks.pgbouncer import free_port
-    from benchmarks.soak import throwaway_cluster
+    from benchmarks.soak_cluster import throwaway_cluster
 
     with throwaway_cluster(free_port(), keep=False) as cluster:
         args.database_url = cluster.url
