@@ -198,7 +198,7 @@ def _time_admin(ctx: Any, repeat: int) -> dict[str, float]:
 
 
 def history(ctx: Any) -> list[Any]:
-    from benchmarks.admin_plans import seed
+    from benchmarks.admin_seed import seed
     from benchmarks.common import KEEP_HISTORY, Metric, drain_noops, measure_pickup
     from benchmarks.harness import percentile
 
