@@ -58,7 +58,8 @@ XDIST ?= -n 2 --dist loadfile
 # The process tests that make test-pgbouncer runs with its workers behind PgBouncer (every test in these files starts
 # worker processes).
 PGBOUNCER_FILES := tests/runtime/test_worker_processes.py tests/runtime/test_fault_processes.py \
-	tests/runtime/test_tree_processes.py tests/runtime/test_schedule_fault_processes.py \
+	tests/runtime/test_lock_key_processes.py tests/runtime/test_tree_processes.py \
+	tests/runtime/test_tree_crash_processes.py tests/runtime/test_schedule_fault_processes.py \
 	tests/runtime/test_reconnect.py tests/runtime/test_pgbouncer_processes.py tests/test_soak.py
 # The Django 6 leg leaves out the benchmark smoke runs (they drive the same code as on Django 5.2 for a minute, and
 # the PostgreSQL leg runs them) and PGBOUNCER_FILES: CI runs those on Django 6 through PgBouncer

@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmarks.common import Context, run_burst, submit
 from benchmarks.harness import median
 from benchmarks.peers import run_peer
-from benchmarks.suite import Context, run_burst, submit
 
 
 @dataclass(frozen=True)

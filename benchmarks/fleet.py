@@ -80,9 +80,9 @@ def _wait_started(pool: Any, count: int, timeout: float) -> None:
 def _run_fleet(ctx: Any, label: str, bouncer: PgBouncer | None, listen: bool = True) -> dict[str, float]:
     from django.db import connection, transaction
 
+    from benchmarks.common import submit
     from benchmarks.harness import Workers
     from benchmarks.procedures import Noop, Stamp
-    from benchmarks.suite import submit
     from django_procedures.models import ProcedureRun
 
     sizes = ctx.sizes
@@ -142,7 +142,7 @@ WAYS = [
 
 
 def fleet(ctx: Any) -> list[Any]:
-    from benchmarks.suite import Metric
+    from benchmarks.common import Metric
 
     sizes = ctx.sizes
     shape = f"{sizes.fleet_workers} workers x {sizes.fleet_threads} threads"

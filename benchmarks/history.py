@@ -113,7 +113,7 @@ def _add_foreign_keys_to_procedures() -> None:
 
 
 def retention(ctx: Any) -> list[Any]:
-    from benchmarks.suite import KEEP_HISTORY, Metric, _now, drain_noops, seed_backlog
+    from benchmarks.common import KEEP_HISTORY, Metric, drain_noops, now, seed_backlog
     from django_procedures.models import ProcedureRun, Step
     from django_procedures.runtime.retention import BATCH_SECONDS, BATCH_TREES
 
@@ -127,7 +127,7 @@ def retention(ctx: Any) -> list[Any]:
     for run in range(ctx.runs):
         with ctx.databases.fresh(f"retention_prune_{run}", seeded):
             steps = Step.objects.count()
-            deleted, seconds, worst, cpu, asked = _prune_all(_now() - timedelta(days=1))
+            deleted, seconds, worst, cpu, asked = _prune_all(now() - timedelta(days=1))
             if deleted != n or Step.objects.exists():
                 raise BenchmarkError(f"pruned {deleted} of {n} procedures; {Step.objects.count()} steps left")
         rates.append(deleted / seconds)
@@ -141,8 +141,8 @@ def retention(ctx: Any) -> list[Any]:
                      f"{cpu_ms[-1] if cpu_ms else float('nan'):.3f} ms per procedure")
         with ctx.databases.fresh(f"retention_keys_{run}", seeded):
             _add_foreign_keys_to_procedures()
-            fk_share.append(_foreign_key_share(_now() - timedelta(days=1), BATCH_TREES))
-            deleted, _, _, cpu, _ = _prune_all(_now() - timedelta(days=1))
+            fk_share.append(_foreign_key_share(now() - timedelta(days=1), BATCH_TREES))
+            deleted, _, _, cpu, _ = _prune_all(now() - timedelta(days=1))
         if cpu is not None:
             keyed_ms.append(cpu / deleted * 1000)
             ctx.progress(f"  retention run {run + 1}: the same on a copy with the six foreign keys to a procedure "
@@ -154,7 +154,7 @@ def retention(ctx: Any) -> list[Any]:
             with ctx.databases.fresh(f"retention_{name}_{run}", seeded) as db:
                 results[name] = drain_noops(ctx, "", s.throughput, 2, settings=settings, db=db).rate
                 if name == "on":
-                    cutoff = _now() - timedelta(days=1)
+                    cutoff = now() - timedelta(days=1)
                     pruned.append(n - ProcedureRun.objects.filter(finished_at__lt=cutoff).count())
         off.append(results["off"])
         on.append(results["on"])
@@ -198,8 +198,9 @@ def _time_admin(ctx: Any, repeat: int) -> dict[str, float]:
 
 
 def history(ctx: Any) -> list[Any]:
-    from benchmarks.admin_plans import seed
-    from benchmarks.suite import KEEP_HISTORY, Metric, drain_noops, measure_pickup, percentile
+    from benchmarks.admin_seed import seed
+    from benchmarks.common import KEEP_HISTORY, Metric, drain_noops, measure_pickup
+    from benchmarks.harness import percentile
 
     s = ctx.sizes
     sides: dict[str, dict[str, Any]] = {}

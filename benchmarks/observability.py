@@ -55,10 +55,10 @@ def drain_steps(ctx: Any, label: str, cls: Any, n: int, args: Sequence[str],
 
     ``traced``: submitted inside a span, so each row carries the submitter's trace context.
     """
-    from benchmarks.suite import _now, checkpoint, run_burst, submit
+    from benchmarks.common import checkpoint, now, run_burst, submit
 
     with ctx.databases.fresh(label) as db:
-        since = _now()
+        since = now()
         with _submitter_span(traced):
             submit(cls, [{}] * n)
         checkpoint()  # the copied template and the submits: their checkpoint must not land in one drain only
@@ -105,8 +105,8 @@ def observability(ctx: Any) -> list[Any]:
     "+otel" workers have an SDK tracer provider that batches spans and drops them (benchmarks/settings.py),
     and the procedures were submitted inside a span.
     """
+    from benchmarks.common import Metric
     from benchmarks.procedures import TenSteps, TenStepsReporting
-    from benchmarks.suite import Metric
 
     n, t = ctx.sizes.steps_procedures, ctx.threads
     variants = [v for v in VARIANTS if not v[3] or tracing_available()]

@@ -78,7 +78,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "removed at the end) instead of --database-url: the direct fleet needs ~90 connections")
     parser.add_argument("--size", action="append", default=[], metavar="NAME=VALUE",
                         help="override one size of the chosen set, e.g. --size throughput=5000 (names: the "
-                             "fields of benchmarks.suite.Sizes); for profiling, not for the recorded figures")
+                             "fields of benchmarks.common.Sizes); for profiling, not for the recorded figures")
     args = parser.parse_args(argv)
     # The fleet runs only when named (or at the quick size): it needs about 90 connections and PgBouncer.
     selected = [n.strip() for n in args.only.split(",") if n.strip()] or [
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.throwaway_server:
         return run(args)
     from benchmarks.pgbouncer import free_port
-    from benchmarks.soak import throwaway_cluster
+    from benchmarks.soak_cluster import throwaway_cluster
 
     with throwaway_cluster(free_port(), keep=False) as cluster:
         args.database_url = cluster.url
@@ -272,7 +272,8 @@ def run(args: argparse.Namespace) -> int:
     server = Server.from_url(args.database_url)
     prefix = f"bench_{os.getpid()}"
     setup_django(server, prefix)
-    from benchmarks.suite import BENCHMARKS, FULL, QUICK, Context, Metric
+    from benchmarks.common import Context, Metric
+    from benchmarks.suite import BENCHMARKS, FULL, QUICK
 
     log_dir = Path(tempfile.mkdtemp(prefix="procedures-bench-"))
     databases = Databases(server, prefix)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.common import Context, Metric, drain_noops, measure_pickup
 from benchmarks.harness import percentile
-from benchmarks.suite import Context, Metric, drain_noops, measure_pickup
 
 #: The peer's harness scenarios that match ours: 2 workers at their default settings.
 PEER, PEER_THROUGHPUT, PEER_PICKUP = "dtdb", "thr-W2", "lat-W2"

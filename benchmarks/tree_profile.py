@@ -82,14 +82,14 @@ def drain(ctx: dict[str, Any], label: str, parents: int, children: int) -> dict[
     """One drain: ``parents`` x ``children`` trees, or (``children`` == 0) ``parents`` flat no-ops."""
     from django.db.models import Max
 
+    from benchmarks.common import now, submit
     from benchmarks.procedures import Noop, TreeParent
-    from benchmarks.suite import _now, submit
     from django_procedures.models import Lease, ProcedureRun
 
     server, databases = ctx["server"], ctx["databases"]
     total = parents * (children + 1) if children else parents
     with databases.fresh(label) as db:
-        since = _now()
+        since = now()
         if children:
             submit(TreeParent, [{"fanout": children}] * parents)
         else:

@@ -139,7 +139,7 @@ class KeyHolder(Procedure):
                 raise RuntimeError("flag never appeared")
 
 
-# -- trees in real worker processes (tests/runtime/test_tree_processes.py) -----------------------
+# -- trees in real worker processes (tests/runtime/test_tree_processes.py and its neighbours) ----
 
 
 def _wait_for_file(path, what: str, timeout: float = GATE_TIMEOUT) -> None:

@@ -1,8 +1,8 @@
 """The tick-by-tick tables of ``docs/schedules.md``, computed by the real decision functions.
 
 The scenarios are those of ``test_schedule_decision.py`` (a 1-minute schedule whose runs take 3.5
-minutes, a scheduling pass every minute), walked by its simulator, which asserts the slot bound,
-order and uniqueness as it goes. ``test_schedule_docs.py`` checks that the docs hold these tables
+minutes, a scheduling pass every minute), walked by the simulator of ``schedule_sim.py``, which asserts
+the slot bound, order and uniqueness as it goes. ``test_schedule_docs.py`` checks that the docs hold these tables
 verbatim; ``python -m tests.policy.schedule_tables`` prints them.
 """
 
@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 
 from django_procedures.policy.schedule import Mode, ScheduleSettings, TickDecision
 
-from .test_schedule_decision import COARSE, MINUTE, SCENARIOS, T0, Sim, at
+from .schedule_sim import MINUTE, T0, Sim, at
+from .test_schedule_decision import COARSE, SCENARIOS
 
 HEADER = ["min", "event", "what happens", "running", "pending", "skips", "overlaps"]
 
