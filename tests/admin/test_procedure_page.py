@@ -14,14 +14,9 @@ from django_procedures.store.claim import claim
 from django_procedures.testing import drain
 from testproject.testapp.procedures import Compensated, Flaky, KeyHolder, Parent, Refuses, Secretive, ThreeSteps
 from tests.admin.helpers import changelist_url, page_url
+from tests.runs import page_text
 
 pytestmark = pytest.mark.django_db
-
-
-def text_of(response) -> str:
-    """The page as text: tags dropped, whitespace collapsed."""
-    html = response.content.decode()
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).replace("&#x27;", "'").replace("&quot;", '"')
 
 
 def spawned_parent(fanout=3):
@@ -35,7 +30,7 @@ def spawned_parent(fanout=3):
 def test_the_tree_with_breadcrumb_to_the_root_and_why_each_node_waits(operator_client):
     parent, children = spawned_parent(3)
     response = operator_client.get(page_url(children[1].id))
-    html, text = response.content.decode(), text_of(response)
+    html, text = response.content.decode(), page_text(response)
     assert response.status_code == 200
     breadcrumbs = html[html.index('class="breadcrumbs"'):html.index("</div>", html.index('class="breadcrumbs"'))]
     assert page_url(parent.id) in breadcrumbs
@@ -53,7 +48,7 @@ def test_a_waiting_parent_counts_its_children_left_as_they_finish(operator_clien
     (child,) = claim("w", type_names=["testapp.Leaf"], limit=1, lease_seconds=30)
     assert execute(RunningClaim(child)) == "completed"
     # A child ending done does not count itself off the parent's row: the page counts the unfinished ones.
-    assert "waiting for children: 2 left" in text_of(operator_client.get(page_url(parent.id)))
+    assert "waiting for children: 2 left" in page_text(operator_client.get(page_url(parent.id)))
 
 
 def test_a_running_procedure_is_leased_and_a_key_waiter_names_the_holder(operator_client):
@@ -63,24 +58,24 @@ def test_a_running_procedure_is_leased_and_a_key_waiter_names_the_holder(operato
     waiter = KeyHolder.submit({"keys": [["tenant:acme", "exclusive"]]})
     assert claim("worker-8@host", type_names=[KeyHolder.type_name], limit=1, lease_seconds=30) == []
 
-    holder_text = text_of(operator_client.get(page_url(holder.id)))
+    holder_text = page_text(operator_client.get(page_url(holder.id)))
     # How long ago depends on how busy the machine is: the words around it do not.
     assert re.search(r"running, leased by worker worker-7@host; last heartbeat [0-9][0-9a-z. ]* ago \(lease expires in",
                      holder_text), holder_text
-    waiter_text = text_of(operator_client.get(page_url(waiter.id)))
+    waiter_text = page_text(operator_client.get(page_url(waiter.id)))
     assert f"waiting for lock key 'tenant:acme' (exclusive) held by procedure {holder.id}" in waiter_text
 
 
 def test_backing_off_and_unknown_types(operator_client):
     flaky = Flaky.submit({"fail_times": 1})
     drain()
-    assert "backing off until" in text_of(operator_client.get(page_url(flaky.id)))
-    assert "after attempt 1 failed: RuntimeError: flaky failure on attempt 1" in text_of(
+    assert "backing off until" in page_text(operator_client.get(page_url(flaky.id)))
+    assert "after attempt 1 failed: RuntimeError: flaky failure on attempt 1" in page_text(
         operator_client.get(page_url(flaky.id)))
 
     orphan = ThreeSteps.submit()
     ProcedureRun._writer.filter(id=orphan.id).update(type_name="gone.Renamed")
-    text = text_of(operator_client.get(page_url(orphan.id)))
+    text = page_text(operator_client.get(page_url(orphan.id)))
     assert "no running worker knows its type gone.Renamed" in text
     assert "not registered in this process" in text
 
@@ -111,7 +106,7 @@ def test_state_and_output_are_pretty_json_with_redacted_keys_masked(operator_cli
         assert secret not in html
     assert "&quot;user&quot;: &quot;ann&quot;" in html  # pretty-printed, two-space indent
     assert "\n  &quot;password&quot;: &quot;••••••&quot;" in html
-    assert "Masked keys: api_key, card, password" in text_of(response)
+    assert "Masked keys: api_key, card, password" in page_text(response)
 
     done = ThreeSteps.submit()
     drain()
@@ -127,7 +122,7 @@ def test_error_traceback_and_rollback_error_in_readable_blocks(operator_client):
     assert "Traceback (most recent call last)" in html
     assert "in step check" in html and "retryable by hand" in html
     assert ProcedureRun.objects.get(id=both.id).status == "failed"  # its rollback failed for good too
-    text = text_of(operator_client.get(page_url(both.id)))
+    text = page_text(operator_client.get(page_url(both.id)))
     assert "NonRetryable: the supplier said no" in text
     assert "Rollback error RuntimeError: rollback attempt 2 failed" in text
 

@@ -9,12 +9,9 @@ from django_procedures.store.claim import claim
 from django_procedures.testing import drain
 from testproject.testapp.procedures import Leaf, Parent, Reports
 from tests.admin.helpers import changelist_url, page_url
+from tests.runs import page_text
 
 pytestmark = pytest.mark.django_db
-
-
-def text_of(html: str) -> str:
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
 
 
 def run_one(type_name: str) -> None:
@@ -28,12 +25,12 @@ def test_a_report_shows_as_a_bar_in_the_list_and_on_the_page(operator_client):
     drain()
     html = operator_client.get(changelist_url()).content.decode()
     assert '<progress value="0.2500" max="1">25%</progress>' in html
-    assert "30/120 · rows copied" in text_of(html)
-    assert "7 done · pages" in text_of(html)  # no total: no bar, the count alone
+    assert "30/120 · rows copied" in page_text(html)
+    assert "7 done · pages" in page_text(html)  # no total: no bar, the count alone
 
     page = operator_client.get(page_url(handle.id)).content.decode()
     cell = re.search(r'<td id="proc-progress">(.*?)</td>', page, re.S).group(1)
-    assert "<progress" in cell and "30/120 · rows copied" in text_of(cell) and "reported" in cell
+    assert "<progress" in cell and "30/120 · rows copied" in page_text(cell) and "reported" in cell
     assert 'id="proc-progress"' in operator_client.get(page_url(unknown.id)).content.decode()
 
 
@@ -43,10 +40,10 @@ def test_a_waiting_parent_shows_how_many_children_are_done(operator_client):
     run_one(Leaf.type_name)
     assert parent.refresh().status == "waiting"
 
-    listed = text_of(operator_client.get(changelist_url()).content.decode())
+    listed = page_text(operator_client.get(changelist_url()).content.decode())
     assert "1/3 children done" in listed
     page = operator_client.get(page_url(parent.id)).content.decode()
-    assert "1/3 children done" in text_of(re.search(r'<td id="proc-children">(.*?)</td>', page, re.S).group(1))
+    assert "1/3 children done" in page_text(re.search(r'<td id="proc-children">(.*?)</td>', page, re.S).group(1))
 
 
 def test_nothing_is_shown_without_a_report(operator_client):

@@ -15,6 +15,7 @@ from django_procedures.store import workers
 from django_procedures.store.claim import claim
 from testproject.testapp.procedures import ThreeSteps
 from tests.admin.helpers import client_for, staff
+from tests.runs import page_text
 
 pytestmark = pytest.mark.django_db
 
@@ -22,10 +23,6 @@ pytestmark = pytest.mark.django_db
 def start(name: str) -> int:
     return workers.register(worker_id=name, hostname="app-1", pid=4242, version="0.1.0", queues=["emails"],
                             concurrency=4, lease_seconds=30)
-
-
-def text_of(html: str) -> str:
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
 
 
 def test_workers_list_shows_state_and_running_work():
@@ -43,13 +40,13 @@ def test_workers_list_shows_state_and_running_work():
     with CaptureQueriesContext(connection) as captured:
         html = client.get(url).content.decode()
     assert len(captured) < 10  # one query for what every listed worker runs, not one per worker
-    rows = {m.group(1): text_of(m.group(0)) for m in re.finditer(r'<tr[^>]*>.*?<a[^>]*>([^<]+@app-1)</a>.*?</tr>',
+    rows = {m.group(1): page_text(m.group(0)) for m in re.finditer(r'<tr[^>]*>.*?<a[^>]*>([^<]+@app-1)</a>.*?</tr>',
                                                                    html, re.S)}
     assert "alive" in rows["alive@app-1"] and "ThreeSteps · one" in rows["alive@app-1"] and "(+1)" in rows[
         "alive@app-1"]
     assert " gone " in rows["gone@app-1"]
     assert "stopped" in rows["stopped@app-1"] and "drained (--burst)" in rows["stopped@app-1"]
 
-    only_gone = text_of(client.get(url + "?state=gone").content.decode())
+    only_gone = page_text(client.get(url + "?state=gone").content.decode())
     assert "gone@app-1" in only_gone and "alive@app-1" not in only_gone
     assert client.get(reverse("admin:django_procedures_worker_add")).status_code == 403

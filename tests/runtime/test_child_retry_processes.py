@@ -16,8 +16,9 @@ import pytest
 from django_procedures import get_handle
 from django_procedures.models import ProcedureRun, Step
 from testproject.testapp.procedures import PlainParent, Spawner
+from tests.runs import open_leases
 from tests.runtime.processes import read_pid, wait_for
-from tests.runtime.trees import effects, no_step_committed_twice, no_tracebacks, open_leases, start
+from tests.runtime.trees import effects, no_step_committed_twice, no_tracebacks, start
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 

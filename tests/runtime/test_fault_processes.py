@@ -11,7 +11,7 @@ import sys
 import pytest
 from django.db import connection
 
-from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.models import ProcedureRun, Step
 from testproject.testapp.faults import (
     BASE_EXCEPTIONS,
     KillsItsThread,
@@ -21,15 +21,12 @@ from testproject.testapp.faults import (
 )
 from testproject.testapp.models import Effect
 from testproject.testapp.procedures import ThreeSteps
+from tests.runs import lease_outcomes, status_of
 from tests.runtime.processes import MANAGE, ROOT, Workers, database_url, read_pid, wait_for
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 
 FAST = {"SWEEP_SECONDS": 0.5}
-
-
-def status_of(pid) -> str:
-    return ProcedureRun.objects.values_list("status", flat=True).get(id=pid)
 
 
 def wait_final(pids, *, timeout: float, workers: Workers) -> None:
@@ -41,12 +38,8 @@ def wait_final(pids, *, timeout: float, workers: Workers) -> None:
     wait_for(final, timeout=timeout, workers=workers, what=f"{len(pids)} procedures to end")
 
 
-def steps(pid) -> list[tuple[int, str]]:
+def attempt_statuses(pid) -> list[tuple[int, str]]:
     return list(Step.objects.filter(procedure_id=pid).order_by("attempt", "id").values_list("attempt", "status"))
-
-
-def lease_outcomes(pid) -> list[str]:
-    return list(Lease.objects.filter(procedure_id=pid).order_by("token").values_list("outcome", flat=True))
 
 
 def runs_of(pid) -> int:
@@ -69,7 +62,8 @@ def test_base_exceptions_from_steps_are_failed_attempts_and_the_threads_live_on(
     for name, handle in handles.items():
         row = ProcedureRun.objects.get(id=handle.id)
         assert row.status == "failed" and row.error.startswith(name), (name, row.error)
-        assert (row.lost, steps(handle.id)) == (0, [(1, "failed"), (2, "failed")])  # RetryPolicy(max_attempts=2)
+        # RetryPolicy(max_attempts=2)
+        assert (row.lost, attempt_statuses(handle.id)) == (0, [(1, "failed"), (2, "failed")])
         assert runs_of(handle.id) == 2
         assert lease_outcomes(handle.id) == ["retried", "failed"]
 
@@ -141,7 +135,7 @@ def test_an_outcome_that_cannot_be_stored_fails_the_step_instead_of_losing_the_w
         row = ProcedureRun.objects.get(id=handle.id)
         assert row.status == "failed" and text in row.error, (kind, row.error)
         assert "poisonous" not in row.error and "\x00" not in row.traceback
-        assert (row.lost, steps(handle.id)) == (0, [(n, "failed") for n in range(1, attempts + 1)]), kind
+        assert (row.lost, attempt_statuses(handle.id)) == (0, [(n, "failed") for n in range(1, attempts + 1)]), kind
         assert runs_of(handle.id) == attempts, kind  # the non-atomic step ran once per counted attempt
     assert stop(w) == 0
 
@@ -159,7 +153,7 @@ def test_an_error_of_another_database_is_the_steps_failure_not_a_disconnect(work
     row = ProcedureRun.objects.get(id=handle.id)
     assert row.status == "failed" and "OperationalError" in row.error and "poisonous" not in row.error, row.error
     # RetryPolicy(max_attempts=3): three failed attempts with backoff, none lost, no reconnect loop.
-    assert (row.lost, steps(handle.id)) == (0, [(1, "failed"), (2, "failed"), (3, "failed")])
+    assert (row.lost, attempt_statuses(handle.id)) == (0, [(1, "failed"), (2, "failed"), (3, "failed")])
     assert runs_of(handle.id) == 3
     assert lease_outcomes(handle.id) == ["retried", "retried", "failed"]
     assert stop(w) == 0

@@ -16,6 +16,7 @@ import pytest
 
 from django_procedures.models import KeyRequest, Lease, ProcedureRun
 from testproject.testapp.procedures import KeyHolder, Leaf, ThreeSteps
+from tests.runs import lease_outcomes, open_leases, status_of, steps
 from tests.runtime.processes import read_pid, wait_for
 from tests.runtime.trees import (
     WAIT,
@@ -24,16 +25,12 @@ from tests.runtime.trees import (
     effects,
     kill,
     lease_interval,
-    lease_outcomes,
     no_tracebacks,
-    open_leases,
     overlap,
     start,
     start_survivors,
     start_victim,
-    status_of,
     step_interval,
-    steps,
     wait_all,
     worker_with_pid,
 )

@@ -19,9 +19,8 @@ import psycopg
 import pytest
 from django.db import connection
 
-from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.models import Lease, ProcedureRun
 from django_procedures.runtime.worker import APPLICATION_NAME_PREFIX
-from testproject.testapp.models import Effect
 from testproject.testapp.procedures import (
     ChargeCard,
     ChargesAfterPause,
@@ -29,6 +28,7 @@ from testproject.testapp.procedures import (
     ThreeSteps,
     WritesAfterPause,
 )
+from tests.runs import effect_rows, status_of, steps
 from tests.runtime.processes import MANAGE, ROOT, direct_only, read_pid, wait_for
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
@@ -86,19 +86,6 @@ def terminate(pids) -> None:
 
 def executor_backends(worker) -> list[int]:
     return [pid for role, pid in backends(worker) if role.startswith("exec-")]
-
-
-def status_of(pid) -> str:
-    return ProcedureRun.objects.values_list("status", flat=True).get(id=pid)
-
-
-def steps(pid) -> list[tuple[int, str, int, str]]:
-    return list(Step.objects.filter(procedure_id=pid).order_by("index", "attempt", "id")
-                .values_list("index", "name", "attempt", "status"))
-
-
-def effects(pid) -> list[tuple[str, int]]:
-    return list(Effect.objects.filter(procedure_id=pid).order_by("id").values_list("step", "worker_pid"))
 
 
 def leases(pid) -> list[tuple[str, str, bool]]:
@@ -159,7 +146,7 @@ def test_connection_cut_before_the_checkpoint_resumes_the_step_under_the_same_le
     # No failed and no lost attempt: step two ran again under the same lease, as attempt 1.
     assert steps(handle.id) == [(0, "one", 1, "done"), (1, "two", 1, "done"), (2, "three", 1, "done")]
     # The cut transaction's row rolled back with it: each step's row exists once.
-    assert effects(handle.id) == [("one", w.pid), ("two", w.pid), ("three", w.pid)]
+    assert effect_rows(handle.id) == [("one", w.pid), ("two", w.pid), ("three", w.pid)]
     assert leases(handle.id) == [(w.worker_id, "completed", True)]
     assert_reconnected_quietly(w)
 
@@ -172,7 +159,7 @@ def test_connection_cut_under_a_steps_own_query_is_not_a_failed_attempt(workers,
 
     assert wait_final(handle.id, workers) == "done", ProcedureRun.objects.get(id=handle.id).error
     assert steps(handle.id) == [(0, "work", 1, "done")]
-    assert effects(handle.id) == [("work", w.pid)]
+    assert effect_rows(handle.id) == [("work", w.pid)]
     assert leases(handle.id) == [(w.worker_id, "completed", True)]
     assert_reconnected_quietly(w)
 
@@ -203,7 +190,7 @@ def test_connection_cut_inside_a_non_idempotent_step_parks_it(workers, tmp_path)
     assert wait_final(handle.id, workers) == "failed"
     row = ProcedureRun.objects.get(id=handle.id)
     assert (row.error, row.failure_can_retry) == ("interrupted during non-idempotent step charge", True)
-    assert effects(handle.id) == []  # its own write died with the connection; it is not run again
+    assert effect_rows(handle.id) == []  # its own write died with the connection; it is not run again
     assert leases(handle.id) == [(w.worker_id, "failed", True)]
     assert w.log_lines(level="WARNING", containing="parked as failed"), w.describe()
     assert_reconnected_quietly(w, also=("parked as failed",))
@@ -217,7 +204,7 @@ def test_connection_cut_during_a_rollback_is_not_a_failed_rollback(workers, tmp_
 
     assert wait_final(handle.id, workers) == "rolled_back", ProcedureRun.objects.get(id=handle.id).rollback_error
     assert steps(handle.id) == [(0, "book", 1, "done"), (1, "confirm", 1, "failed"), (1, "rollback", 1, "done")]
-    assert effects(handle.id) == [("book", w.pid), ("rollback", w.pid)]
+    assert effect_rows(handle.id) == [("book", w.pid), ("rollback", w.pid)]
     assert leases(handle.id) == [(w.worker_id, "completed", True)]
     assert_reconnected_quietly(w, also=("the supplier said no",))
 
@@ -267,7 +254,7 @@ class Throwaway:
         return self.rows('SELECT index, name, attempt, status FROM django_procedures_step WHERE procedure_id = %s '
                          'ORDER BY index, attempt, id', pid)
 
-    def effects(self, pid: str) -> list[tuple]:
+    def effect_rows(self, pid: str) -> list[tuple]:
         return self.rows("SELECT step, worker_pid FROM testapp_effect WHERE procedure_id = %s ORDER BY id", pid)
 
     def leases(self, pid: str) -> list[tuple]:
@@ -315,7 +302,7 @@ def test_worker_carries_on_through_a_postgresql_restart(throwaway, workers, tmp_
     go.touch()  # step two, caught in flight by the restart, goes on
     throwaway.wait_status(pid, "done", workers)
     assert throwaway.steps(pid) == [(0, "one", 1, "done"), (1, "two", 1, "done"), (2, "three", 1, "done")]
-    assert throwaway.effects(pid) == [("one", w.pid), ("two", w.pid), ("three", w.pid)]
+    assert throwaway.effect_rows(pid) == [("one", w.pid), ("two", w.pid), ("three", w.pid)]
     assert throwaway.leases(pid) == [(w.worker_id, "completed", True)]
 
     # The main loop and LISTEN are back too: the worker listens again on a new connection, and picks up new work.
@@ -354,7 +341,7 @@ def test_worker_carries_on_after_an_outage_longer_than_the_lease(throwaway, work
     assert [s for s in steps if s[3] == "done"] == [(0, "one", 1, "done"), (1, "two", 2, "done"),
                                                    (2, "three", 1, "done")]
     assert steps[1] == (1, "two", 1, "lost")
-    assert throwaway.effects(pid) == [("one", w.pid), ("two", w.pid), ("three", w.pid)]
+    assert throwaway.effect_rows(pid) == [("one", w.pid), ("two", w.pid), ("three", w.pid)]
     assert [outcome for _, outcome, _ in throwaway.leases(pid)] == ["expired", "completed"]
     assert len(w.log_lines(level="WARNING", containing="database connection lost")) == 1, w.describe()
     assert w.log_lines(level="WARNING", containing="lease renewal timed out"), w.describe()

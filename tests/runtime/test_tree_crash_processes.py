@@ -34,6 +34,7 @@ from django.db import transaction
 
 from django_procedures.models import Lease, ProcedureRun, Step
 from testproject.testapp.procedures import Spawner
+from tests.runs import lease_outcomes, open_leases, status_of, steps
 from tests.runtime.processes import read_pid, wait_for
 from tests.runtime.trees import (
     LEASE,
@@ -43,14 +44,10 @@ from tests.runtime.trees import (
     children,
     effects,
     kill,
-    lease_outcomes,
     no_step_committed_twice,
     no_tracebacks,
-    open_leases,
     start_survivors,
     start_victim,
-    status_of,
-    steps,
     wait_final,
     worker_with_pid,
 )

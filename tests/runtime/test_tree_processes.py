@@ -22,6 +22,7 @@ from django_procedures import get_handle
 from django_procedures.models import KeyRequest, Lease, ProcedureRun, Step
 from testproject.testapp.models import Effect
 from testproject.testapp.procedures import Parent, Spawner, TolerantParent
+from tests.runs import lease_outcomes, open_leases, status_of, steps
 from tests.runtime.processes import read_pid, wait_for
 from tests.runtime.trees import (
     CANCEL_LEASE,
@@ -31,14 +32,10 @@ from tests.runtime.trees import (
     blocked_by_this_transaction,
     children,
     effects,
-    lease_outcomes,
     no_step_committed_twice,
     no_tracebacks,
-    open_leases,
     start,
-    status_of,
     statuses,
-    steps,
     wait_final,
 )
 

@@ -25,6 +25,7 @@ from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.policy.status import FINAL
 from testproject.testapp.models import Effect
 from testproject.testapp.procedures import ChargeCard, KillsItsWorker, ThreeSteps
+from tests.runs import effect_rows, open_leases, status_of, steps
 from tests.runtime.processes import (
     Workers,
     direct_only,
@@ -53,28 +54,10 @@ def run(pid) -> ProcedureRun:
     return ProcedureRun.objects.get(id=pid)
 
 
-def status_of(pid) -> str:
-    return ProcedureRun.objects.values_list("status", flat=True).get(id=pid)
-
-
-def steps(pid) -> list[tuple[int, str, int, str]]:
-    return list(Step.objects.filter(procedure_id=pid).order_by("index", "attempt", "id")
-                .values_list("index", "name", "attempt", "status"))
-
-
 def leases(pid) -> list[tuple[str, str, bool]]:
     """``(worker, outcome, closed)`` per claim, in token order."""
     return [(worker, outcome, released is not None) for worker, outcome, released in
             Lease.objects.filter(procedure_id=pid).order_by("token").values_list("worker", "outcome", "released_at")]
-
-
-def effects(pid) -> list[tuple[str, int]]:
-    """``(step, worker_pid)`` of every committed step body, in commit order."""
-    return list(Effect.objects.filter(procedure_id=pid).order_by("id").values_list("step", "worker_pid"))
-
-
-def open_leases() -> int:
-    return Lease.objects.filter(released_at__isnull=True).count()
 
 
 def wait_status(pid, *statuses: str, timeout: float, workers: Workers) -> str:
@@ -115,7 +98,7 @@ def test_sigkill_during_step_two_resumes_at_step_two(workers, tmp_path):
     assert steps(handle.id) == [(0, "one", 1, "done"), (1, "two", 1, "lost"), (1, "two", 2, "done"),
                                 (2, "three", 1, "done")]
     # Step one ran once; the killed attempt of step two rolled back with its transaction.
-    assert effects(handle.id) == [("one", a.pid), ("two", b.pid), ("three", b.pid)]
+    assert effect_rows(handle.id) == [("one", a.pid), ("two", b.pid), ("three", b.pid)]
     assert leases(handle.id) == [(a.worker_id, "expired", True), (b.worker_id, "completed", True)]
     assert open_leases() == 0
     assert stop(b) == 0
@@ -169,10 +152,10 @@ def test_sigstop_until_lease_expires_fences_out_the_frozen_commit(workers, tmp_p
     assert steps(handle.id) == [(0, "one", 1, "done"), (1, "two", 1, "lost"), (1, "two", 2, "done"),
                                 (2, "three", 1, "done")]
     # The frozen attempt of step two wrote an Effect row in its transaction: it must be gone.
-    assert effects(handle.id) == [("one", a.pid), ("two", b.pid), ("three", b.pid)]
+    assert effect_rows(handle.id) == [("one", a.pid), ("two", b.pid), ("three", b.pid)]
     assert leases(handle.id) == [(a.worker_id, "expired", True), (b.worker_id, "completed", True)]
 
-    assert effects(again.id) == [("one", a.pid), ("two", a.pid), ("three", a.pid)]
+    assert effect_rows(again.id) == [("one", a.pid), ("two", a.pid), ("three", a.pid)]
     assert leases(again.id) == [(a.worker_id, "completed", True)]
     assert open_leases() == 0
     assert stop(a) == 0
@@ -231,7 +214,7 @@ def test_sigterm_releases_the_lease_for_another_worker(workers, tmp_path):
         "ready", 1, "two", "", None)
     assert leases(handle.id) == [(a.worker_id, "released", True)]
     assert steps(handle.id) == [(0, "one", 1, "done")]  # a released attempt is neither lost nor failed
-    assert effects(handle.id) == [("one", a.pid)]  # the interrupted atomic step rolled back
+    assert effect_rows(handle.id) == [("one", a.pid)]  # the interrupted atomic step rolled back
 
     # Let the next run of step two be quick (the procedure is ready: no worker holds it).
     state = dict(row.state, sleep={})
@@ -242,7 +225,7 @@ def test_sigterm_releases_the_lease_for_another_worker(workers, tmp_path):
     row = run(handle.id)
     assert (row.status, row.output) == ("done", {"done": ["one", "two", "three"]})
     assert steps(handle.id) == [(0, "one", 1, "done"), (1, "two", 1, "done"), (2, "three", 1, "done")]
-    assert effects(handle.id) == [("one", a.pid), ("two", b.pid), ("three", b.pid)]
+    assert effect_rows(handle.id) == [("one", a.pid), ("two", b.pid), ("three", b.pid)]
     assert leases(handle.id) == [(a.worker_id, "released", True), (b.worker_id, "completed", True)]
     assert open_leases() == 0
 
@@ -269,7 +252,7 @@ def test_second_sigterm_exits_at_once(workers, tmp_path):
     row = run(handle.id)
     assert (row.status, row.step_name, row.lease_owner) == ("running", "two", a.worker_id)  # left to expire
     assert leases(handle.id) == [(a.worker_id, "", False)]
-    assert effects(handle.id) == [("one", a.pid)]
+    assert effect_rows(handle.id) == [("one", a.pid)]
 
 
 # -- 4. a poisonous step --------------------------------------------------------------------------------
@@ -311,13 +294,13 @@ def test_worker_without_the_type_leaves_it_for_one_that_has_it(workers):
     assert old.log_lines(containing="testapp.OnlySomeWorkers"), old.describe()  # reported, not failed
     row.refresh_from_db()
     assert (row.status, row.lease_token, row.error) == ("ready", 0, "")
-    assert leases(row.id) == [] and steps(row.id) == [] and effects(row.id) == []
+    assert leases(row.id) == [] and steps(row.id) == [] and effect_rows(row.id) == []
 
     new = workers.start("--burst", lease_seconds=LEASE, procedures=FAST, env={"TESTAPP_EXTRA_TYPES": "1"})
     assert new.wait(WAIT) == 0
     row.refresh_from_db()
     assert row.status == "done", new.describe()
-    assert effects(row.id) == [("run", new.pid)]
+    assert effect_rows(row.id) == [("run", new.pid)]
     assert leases(row.id) == [(new.worker_id, "completed", True)]
 
 

@@ -26,6 +26,7 @@ from django_procedures.models import KeyRequest, Lease, ProcedureRun, Step
 from django_procedures.policy.status import FINAL
 from testproject.testapp.models import Effect
 from testproject.testapp.procedures import KeyHolder
+from tests.runs import open_leases, status_of, steps
 from tests.runtime.processes import WorkerProcess, Workers, wait_for
 
 #: Workers sweep expired leases (and look for lock key deadlocks) every half second.
@@ -58,10 +59,6 @@ def start_survivors(workers: Workers) -> list[WorkerProcess]:
 # -- reading the database -------------------------------------------------------------------------
 
 
-def status_of(pid) -> str:
-    return ProcedureRun.objects.values_list("status", flat=True).get(id=pid)
-
-
 def statuses(ids) -> dict:
     return dict(ProcedureRun.objects.filter(id__in=list(ids)).values_list("id", "status"))
 
@@ -83,11 +80,6 @@ def wait_all(ids, wanted: set[str], *, timeout: float, workers: Workers, what: s
         raise AssertionError(f"statuses {dict(Counter(statuses(ids).values()))}: {error}") from None
 
 
-def steps(pid) -> list[tuple[int, str, int, str]]:
-    return list(Step.objects.filter(procedure_id=pid).order_by("index", "attempt", "id")
-                .values_list("index", "name", "attempt", "status"))
-
-
 def step_interval(pid, name: str):
     """``(started_at, finished_at)`` of the committed attempt of step ``name``."""
     return Step.objects.values_list("started_at", "finished_at").get(procedure_id=pid, name=name, status="done")
@@ -99,17 +91,9 @@ def lease_interval(pid):
     return lease
 
 
-def lease_outcomes(pid) -> list[str]:
-    return list(Lease.objects.filter(procedure_id=pid).order_by("token").values_list("outcome", flat=True))
-
-
 def effects(pid, step: str | None = None) -> int:
     rows = Effect.objects.filter(procedure_id=pid)
     return (rows.filter(step=step) if step else rows).count()
-
-
-def open_leases() -> int:
-    return Lease.objects.filter(released_at__isnull=True).count()
 
 
 def children(parent_id) -> list[ProcedureRun]:

@@ -8,17 +8,13 @@ from django_procedures.testing import drain
 from testproject.testapp import tasks
 from testproject.testapp.procedures import ThreeSteps
 from tests.admin.helpers import changelist_url, page_url
+from tests.runs import page_text
 
 pytestmark = pytest.mark.django_db
 
 
 def ids_in(response) -> set[str]:
     return set(re.findall(r'name="_selected_action" value="([0-9a-f-]{36})"', response.content.decode()))
-
-
-def text_of(response) -> str:
-    html = response.content.decode()
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).replace("&#x27;", "'").replace("&quot;", '"')
 
 
 def test_the_kind_filter_lists_tasks_or_procedures(operator_client):
@@ -34,7 +30,7 @@ def test_the_kind_filter_lists_tasks_or_procedures(operator_client):
 def test_a_tasks_page_shows_its_function_arguments_attempts_and_return_value(operator_client):
     retried = tasks.flaky.enqueue(succeed_on=2)
     drain()
-    text = text_of(operator_client.get(page_url(retried.id)))
+    text = page_text(operator_client.get(page_url(retried.id)))
     assert 'Task arguments Function testproject.testapp.tasks.flaky { "args": [], "kwargs": { "succeed_on": 2 } }' \
         in text
     assert 'Return value { "attempt": 2, "worker_ids": 2 }' in text
@@ -43,5 +39,5 @@ def test_a_tasks_page_shows_its_function_arguments_attempts_and_return_value(ope
 
 def test_a_procedures_page_is_unchanged(operator_client):
     handle = ThreeSteps.submit()
-    text = text_of(operator_client.get(page_url(handle.id)))
+    text = page_text(operator_client.get(page_url(handle.id)))
     assert "State {" in text and "Function" not in text and "Task arguments" not in text
