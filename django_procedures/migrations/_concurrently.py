@@ -1,6 +1,9 @@
 """An index built ``CONCURRENTLY`` on PostgreSQL, so workers keep writing while it is built; a plain
 ``CREATE INDEX`` elsewhere. A migration using it sets ``atomic = False`` (CONCURRENTLY cannot run in a
 transaction). Not a migration itself: the loader skips modules whose names start with ``_``.
+
+For a migration that adds an index to a table in use, after 0.1.0: the initial migration creates its
+indexes on empty tables, plainly (``tests/test_migrations.py`` exercises this helper).
 """
 
 from django.db import migrations, models

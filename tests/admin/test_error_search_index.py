@@ -16,7 +16,7 @@ from tests.plans import plan_of
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
-migration = importlib.import_module("django_procedures.migrations.0011_error_search_trgm")
+migration = importlib.import_module("django_procedures.migrations.0001_initial")
 
 
 def _trgm_available() -> bool:
@@ -69,9 +69,6 @@ def test_where_the_extension_cannot_be_created_the_migration_makes_no_index(monk
     assert ProcedureRun.objects.count() == 0  # the connection is still usable: the failure was rolled back
 
 
-rebuild = importlib.import_module("django_procedures.migrations.0014_error_search_trgm_only_errors")
-
-
 def _index_definition() -> str:
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [migration.INDEX])
@@ -94,26 +91,3 @@ def test_a_search_for_error_words_never_matches_a_procedure_without_an_error():
     admin = site._registry[ProcedureRun]
     found, _ = admin.get_search_results(RequestFactory().get("/"), ProcedureRun.objects.all(), "upstream")
     assert [r.error for r in found] == ["TimeoutError: upstream"]
-
-
-def test_the_rebuild_leaves_a_database_without_the_index_alone():
-    from django.apps import apps
-
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP INDEX IF EXISTS {migration.INDEX}")  # rolled back with the test's transaction
-    with connection.schema_editor(atomic=False) as editor:
-        rebuild.only_errors(apps, editor)
-    assert not _index_exists()
-
-
-def test_the_rebuild_can_be_reversed():
-    from django.apps import apps
-
-    _needs_trgm()
-    with connection.schema_editor(atomic=False) as editor:
-        rebuild.every_unfinished(apps, editor)
-    assert "error <> ''" not in _index_definition()
-    assert "<> 'done'" in _index_definition()
-    with connection.schema_editor(atomic=False) as editor:
-        rebuild.only_errors(apps, editor)
-    assert "error <> ''::text" in _index_definition()
