@@ -12,24 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from django_procedures.policy.cron import CronError, CronExpression
-
-BERLIN = ZoneInfo("Europe/Berlin")
-NEW_YORK = ZoneInfo("America/New_York")
-
-
-def utc(text: str) -> datetime:
-    """``"2024-03-31 01:00"`` as an aware UTC datetime."""
-    return datetime.fromisoformat(text).replace(tzinfo=UTC)
-
-
-def fires(expr: str, after: str, tz=UTC, count: int = 1) -> list[str]:
-    """The next ``count`` fire times after the UTC time ``after``, as UTC strings."""
-    cron, t, out = CronExpression.parse(expr), utc(after), []
-    for _ in range(count):
-        t = cron.next_after(t, tz)
-        out.append(t.strftime("%Y-%m-%d %H:%M:%S"))
-    return out
-
+from tests.policy.test_cron import BERLIN, NEW_YORK, fires, utc
 
 # --- next fire times in UTC ---------------------------------------------------------------
 

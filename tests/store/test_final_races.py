@@ -31,23 +31,9 @@ from django_procedures.store.transitions import enter_unsafe_step
 from django_procedures.testing import drain
 from testproject.testapp.procedures import ChargeCard, Leaf, TolerantParent
 from tests.runtime.processes import wait_for
+from tests.runtime.trees import blocked_by_this_transaction
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def blocked_behind_me() -> list[int]:
-    """Backends waiting, directly or in a queue behind another waiter, for a lock this connection holds."""
-    with connection.cursor() as cursor:
-        cursor.execute("""
-            WITH RECURSIVE waiting AS (SELECT DISTINCT pid FROM pg_locks WHERE NOT granted),
-            chain(pid) AS (
-                SELECT pg_backend_pid()
-                UNION
-                SELECT w.pid FROM waiting AS w JOIN chain AS c ON c.pid = ANY(pg_blocking_pids(w.pid))
-            )
-            SELECT pid FROM chain WHERE pid <> pg_backend_pid()
-        """)
-        return [row[0] for row in cursor.fetchall()]
 
 
 class InThread:
@@ -92,7 +78,7 @@ def claim_lost_in_unsafe_step(type_name: str) -> Claim:
 
 
 def wait_blocked(count: int, what: str) -> None:
-    wait_for(lambda: len(blocked_behind_me()) >= count, timeout=60, what=what)
+    wait_for(lambda: len(blocked_by_this_transaction()) >= count, timeout=60, what=what)
 
 
 def test_a_sweep_parking_a_child_while_its_sibling_finishes_wakes_the_parent_without_waiting_for_it():
