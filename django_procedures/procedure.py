@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, overload
 
-from django_procedures.exceptions import ChildFailed, ProceduresConfigError
-from django_procedures.policy import options
+from django_procedures import class_checks
+from django_procedures.exceptions import ChildFailed
+from django_procedures.policy.options import Options
 from django_procedures.policy.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from django_procedures.handle import ProcedureHandle
+    from django_procedures.policy.procedure_class import NewRun
     from django_procedures.runtime.context import Context
     from django_procedures.store.tree import ChildResult
     from django_procedures.submit_options import SubmitOptions
@@ -174,9 +175,11 @@ class Procedure:
         if state is not None and not isinstance(state, Mapping):
             raise TypeError(f"state must be a dict (a JSON object) or None; got {type(state).__name__} {state!r}")
         self.state: dict[str, Any] = dict(state) if state is not None else {}
+        self._submit_options = Options(queue=queue, priority=priority, key=key, run_after=run_after)
+        #: The options as given (checked), by name; what is submitted is ``_submit_options``.
         self.options: dict[str, Any] = {
-            "queue": options.check_queue(queue), "priority": options.check_priority(priority),
-            "key": options.check_key(key), "run_after": options.check_run_after(run_after)}
+            "queue": self._submit_options.queue, "priority": self._submit_options.priority,
+            "key": self._submit_options.key, "run_after": self._submit_options.run_after}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -186,8 +189,8 @@ class Procedure:
             cls.type_name = f"{cls.__module__}.{cls.__qualname__}"
         cls.steps = _collect_steps(cls)
         cls.declares_lock_keys = cls.lock_keys is not Procedure.lock_keys
-        _check_class_attributes(cls)
-        _refuse_async_methods(cls)
+        class_checks.check_class_attributes(cls)
+        class_checks.refuse_async_methods(cls)
         if not cls.abstract:
             from django_procedures import registry
 
@@ -297,26 +300,21 @@ class Procedure:
         instance's own state and options; giving a state, or an option the
         instance already has, is a ``TypeError`` (one value per option).
         """
-        from django_procedures.store.submit import submit_many
+        from django_procedures import submitting
 
-        given: dict[str, Any] = {"key": key, "queue": queue, "priority": priority, "run_after": run_after}
-        if isinstance(target, Procedure):
-            cls: type[Procedure] = type(target)
-            if state is not None:
-                raise TypeError(f"{cls.__qualname__}(...).submit() submits the instance's own state; do not pass "
-                                f"another one (call {cls.__qualname__}.submit(state) on the class for that)")
-            twice = sorted(name for name, value in given.items()
-                           if value is not None and target.options.get(name) is not None)
-            if twice:
-                raise TypeError(f"{', '.join(twice)} given both to {cls.__qualname__}(...) and to submit(); "
-                                "give each option once")
-            given = {name: target.options.get(name) if value is None else value for name, value in given.items()}
-            state = target.state
-        else:
-            cls = target
-        (submitted,) = submit_many(cls, [state], keys=[given["key"]], queue=given["queue"],
-                                   priority=given["priority"], run_after=given["run_after"], parent=parent)
-        return _handle(submitted)
+        given = Options(key=key, queue=queue, priority=priority, run_after=run_after)
+        if not isinstance(target, Procedure):
+            return submitting.submit_one(target, state, given, parent=parent)
+        cls = type(target)
+        if state is not None:
+            raise TypeError(f"{cls.__qualname__}(...).submit() submits the instance's own state; do not pass "
+                            f"another one (call {cls.__qualname__}.submit(state) on the class for that)")
+        own = target._submit_options.given()
+        twice = sorted(set(given.given()) & set(own))
+        if twice:
+            raise TypeError(f"{', '.join(twice)} given both to {cls.__qualname__}(...) and to submit(); "
+                            "give each option once")
+        return submitting.submit_one(cls, target.state, Options(**own, **given.given()), parent=parent)
 
     @classmethod
     def submit_many(
@@ -334,55 +332,34 @@ class Procedure:
         ``states`` is a list of dicts (a dict alone is refused: it is one
         state); ``keys``, if given, a list with one key or ``None`` per state.
         """
-        from django_procedures.store.submit import submit_many
+        from django_procedures import submitting
 
-        if isinstance(states, Mapping | str | bytes):
-            raise TypeError(f"submit_many takes a list of states (dicts); got one {type(states).__name__}. "
-                            "To submit one procedure, use submit(state)")
-        if keys is not None and isinstance(keys, Mapping | str | bytes):
-            raise TypeError(f"keys must be a list with one key (or None) per state; got {type(keys).__name__}")
-        submitted = submit_many(cls, list(states), keys=None if keys is None else list(keys), queue=queue,
-                                priority=priority, run_after=run_after, parent=parent)
-        return [_handle(s) for s in submitted]
+        return submitting.submit_many(cls, states, keys=keys, parent=parent,
+                                      options=Options(queue=queue, priority=priority, run_after=run_after))
 
+    # -- what the store and the registry ask of a class (policy.procedure_class.ProcedureClass) ---
 
-def _handle(submitted: Any) -> ProcedureHandle:
-    from django_procedures.handle import ProcedureHandle
+    @classmethod
+    def _new_run(cls, state: Mapping[str, Any] | None, options: Options, *, now: datetime,
+                 where: str = "state") -> NewRun:
+        from django_procedures import submitting
 
-    return ProcedureHandle(submitted.id, created=submitted.created)
+        return submitting.new_run(cls, state, options, now=now, where=where)
 
+    @classmethod
+    def _stored_lock_keys(cls, state: Mapping[str, Any]) -> list[list[str]]:
+        from django_procedures import submitting
 
-def _check_class_attributes(cls: type[Procedure]) -> None:
-    """A class's ``queue``, ``priority``, ``retry`` and ``redact`` are checked when it is defined."""
-    where = cls.__qualname__
-    options.check_queue(cls.queue, f"{where}.queue")
-    if cls.priority is None:
-        raise TypeError(f"{where}.priority must be an int (higher runs first, default 0); got None")
-    options.check_priority(cls.priority, f"{where}.priority")
-    if not isinstance(cls.retry, RetryPolicy):
-        raise TypeError(f"{where}.retry must be a RetryPolicy(...); got {type(cls.retry).__name__} {cls.retry!r}")
-    redact = cls.redact
-    if isinstance(redact, str) or not isinstance(redact, tuple | list | set | frozenset) or not all(
-            isinstance(name, str) for name in redact):
-        raise TypeError(f"{where}.redact must be a tuple of state keys (strings), like ('password',); "
-                        f"got {redact!r}")
+        return submitting.lock_keys_of(cls, dict(state))
 
 
-#: Methods the worker calls on a procedure object, besides its steps.
-_CALLED_METHODS = ("execute", "rollback", "on_child_failed", "lock_keys")
+def registered(type_name: str) -> type[Procedure]:
+    """The ``Procedure`` class registered as ``type_name`` (``UnknownProcedureType`` if none)."""
+    from django_procedures import registry
 
-
-def _refuse_async_methods(cls: type[Procedure]) -> None:
-    """An ``async def`` step (or ``execute``, ``rollback``...) is refused when the class is defined.
-
-    The worker calls them synchronously: a coroutine would be returned unawaited and fail only at run time.
-    """
-    for name in (*(s.name for s in cls.steps), *_CALLED_METHODS):
-        method = getattr(cls, name, None)
-        if inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method):
-            raise ProceduresConfigError(
-                f"{cls.__module__}.{cls.__qualname__}.{name} is an async def: async steps are not supported yet; "
-                f"write it as a plain def (call async code from it with asgiref.sync.async_to_sync)")
+    cls = registry.get(type_name)
+    assert isinstance(cls, type) and issubclass(cls, Procedure)  # only Procedure.__init_subclass__ registers
+    return cls
 
 
 def _collect_steps(cls: type[Procedure]) -> tuple[StepSpec, ...]:

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from django_procedures.exceptions import ProceduresConfigError, UnknownProcedureType
+from django_procedures.policy.procedure_class import ProcedureClass
 
-if TYPE_CHECKING:
-    from django_procedures.procedure import Procedure
-
-_types: dict[str, type[Procedure]] = {}
+_types: dict[str, ProcedureClass] = {}
 
 
-def register(cls: type[Procedure]) -> None:
+def register(cls: ProcedureClass) -> None:
     """Add ``cls``; a second class with the same type name is a configuration error."""
     if not cls.steps:
         raise ProceduresConfigError(
-            f"{cls.__module__}.{cls.__qualname__} has no @step methods and does not override execute(); "
+            f"{_origin(cls)} has no @step methods and does not override execute(); "
             "add steps, or set abstract = True if it is a base class"
         )
     existing = _types.get(cls.type_name)
@@ -28,11 +24,12 @@ def register(cls: type[Procedure]) -> None:
     _types[cls.type_name] = cls
 
 
-def _origin(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
+def _origin(cls: object) -> str:
+    return f"{cls.__module__}.{getattr(cls, '__qualname__', cls)}"
 
 
-def get(type_name: str) -> type[Procedure]:
+def get(type_name: str) -> ProcedureClass:
+    """The class registered as ``type_name``; ``procedure.registered()`` gives it as a ``Procedure`` class."""
     try:
         return _types[type_name]
     except KeyError:

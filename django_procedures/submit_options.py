@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
+
+from django_procedures.policy.options import Options
 
 if TYPE_CHECKING:
     from django_procedures.handle import ProcedureHandle
@@ -27,15 +29,12 @@ class SubmitOptions:
     priority: int | None = None
     run_after: datetime | timedelta | float | None = None
     key: str | None = None
+    #: The options checked, once, where they are written; what the submits below carry down.
+    _options: Options = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # Checked where they are written, as a child's constructor does (submit checks them again).
-        from django_procedures.policy import options
-
-        options.check_queue(self.queue)
-        options.check_priority(self.priority)
-        options.check_key(self.key)
-        options.check_run_after(self.run_after)
+        object.__setattr__(self, "_options", Options(queue=self.queue, priority=self.priority,
+                                                     run_after=self.run_after, key=self.key))
 
     def using(
         self,
@@ -49,12 +48,11 @@ class SubmitOptions:
         changes: dict[str, Any] = {"queue": queue, "priority": priority, "run_after": run_after, "key": key}
         return dataclasses.replace(self, **{name: value for name, value in changes.items() if value is not None})
 
-    def _options(self) -> dict[str, Any]:
-        return {"queue": self.queue, "priority": self.priority, "run_after": self.run_after}
-
     def submit(self, state: Mapping[str, Any] | None = None, *, parent: Any = None) -> ProcedureHandle:
         """Submit one procedure in the caller's transaction (see ``Procedure.submit``)."""
-        return self.procedure.submit(state, key=self.key, parent=parent, **self._options())
+        from django_procedures import submitting
+
+        return submitting.submit_one(self.procedure, state, self._options, parent=parent)
 
     def submit_many(self, states: Iterable[Mapping[str, Any] | None], *, keys: Iterable[str | None] | None = None,
                     parent: Any = None) -> list[ProcedureHandle]:
@@ -66,7 +64,9 @@ class SubmitOptions:
         if self.key is not None:
             raise TypeError(f"using(key={self.key!r}) names one procedure and cannot be given to submit_many(); "
                             "pass keys=[...] (one per state) to submit_many() instead")
-        return self.procedure.submit_many(states, keys=keys, parent=parent, **self._options())
+        from django_procedures import submitting
+
+        return submitting.submit_many(self.procedure, states, keys=keys, options=self._options, parent=parent)
 
     async def asubmit(self, state: Mapping[str, Any] | None = None, *, parent: Any = None) -> ProcedureHandle:
         """``submit()`` for async code (it commits at once unless the caller's sync code holds a transaction)."""
@@ -90,4 +90,5 @@ class SubmitOptions:
         if self.key is not None:
             raise TypeError(f"using(key={self.key!r}) cannot make a child: children are created once, with their "
                             "parent's checkpoint, and take no idempotency key; drop key=")
-        return self.procedure(state, **self._options())
+        checked = self._options
+        return self.procedure(state, queue=checked.queue, priority=checked.priority, run_after=checked.run_after)

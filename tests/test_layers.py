@@ -160,3 +160,16 @@ def test_the_writer_check_finds_writes(tmp_path):
         "cursor.execute('UPDATE django_procedures_procedurerun SET status = %s', ['done'])\n"
     )
     assert len(writes_outside_store(sample)) == 6
+
+
+# -- one submit door: the store writes the row data the procedure side made ----------------------------
+
+#: The procedure side: user classes, what turns them into row data, and ``using()``.
+PROCEDURE_SIDE = ("django_procedures.procedure", "django_procedures.submitting", "django_procedures.submit_options")
+
+
+@pytest.mark.parametrize("path", [*files("store"), *files("registry.py")], ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_store_and_the_registry_never_import_the_procedure_side(path):
+    """Not even for a type hint: they see a class as ``policy.procedure_class.ProcedureClass``, and the store gets
+    ``NewRun`` values whose state, options and lock keys were checked (and ``lock_keys()`` asked) before."""
+    assert {name for name in imports_of(path) if name.startswith(PROCEDURE_SIDE)} == set()

@@ -9,6 +9,7 @@ Type mistakes raise ``TypeError``, values out of range ``ValueError``.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -104,3 +105,30 @@ def run_at(run_after: datetime | timedelta | float | None, now: datetime, where:
         return now + run_after
     except OverflowError:
         raise ValueError(f"{where}={run_after!r} from now is past the year 9999; pass a shorter delay") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The submit options as one value, checked when it is made; ``None`` leaves an option to the class.
+
+    What ``submit``, ``submit_many``, ``using()`` and a child's constructor
+    carry down to the row data (``django_procedures.submitting``), so an option
+    is spelled out and checked in one place. ``run_after`` is kept as checked
+    (a number of seconds becomes a ``timedelta``).
+    """
+
+    queue: str | None = None
+    priority: int | None = None
+    run_after: datetime | timedelta | float | None = None  # a number is kept as a timedelta
+    key: str | None = None
+    # A later option (debounce) joins here, checked in __post_init__ like the others.
+
+    def __post_init__(self) -> None:
+        check_queue(self.queue)
+        check_priority(self.priority)
+        check_key(self.key)
+        object.__setattr__(self, "run_after", check_run_after(self.run_after))
+
+    def given(self) -> dict[str, Any]:
+        """The options that are set, by name."""
+        return {name: value for name in self.__slots__ if (value := getattr(self, name)) is not None}

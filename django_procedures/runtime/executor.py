@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, Error, connection, transaction
 
-from django_procedures import clock, registry
+from django_procedures import clock, submitting
 from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
 from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error, decide_failure, is_poisonous
 from django_procedures.policy.state import copy_state, encode_state, find_problem, size_problem
-from django_procedures.procedure import Procedure, Status, StepSpec
+from django_procedures.procedure import Procedure, Status, StepSpec, registered
 from django_procedures.runtime import hooks, reconnect, write_lock
 from django_procedures.runtime.connections import idle_cut_text, set_transaction_timeout
 from django_procedures.runtime.context import Context
@@ -86,7 +86,7 @@ def execute(running: RunningClaim) -> Outcome:
 
 def _execute(running: RunningClaim) -> Outcome:
     claim = running.claim
-    cls = registry.get(claim.type_name)
+    cls = registered(claim.type_name)
     procedure = cls.__new__(cls)
     Procedure.__init__(procedure, copy_state(claim.state))
     try:
@@ -276,7 +276,8 @@ def _child_rows(claim: Any, status: Status, record: StepRecord) -> tuple[Procedu
             f"Status.suspended takes instances of concrete Procedure classes, like Child(state={{...}}); "
             f"got {bad[0]!r}"), "")
     try:
-        return tuple(transitions.child_rows(claim, status.children))
+        now = clock.now()
+        return tuple(transitions.child_rows(claim, submitting.child_runs(status.children, now), now))
     except BaseException as error:  # a child's state, options or lock keys were refused; nothing was written
         raise _StepFailed(record, NonRetryable(f"cannot submit the children: {error_text(error)}"),
                           trace_text()) from error
@@ -318,7 +319,7 @@ def fail_overdue(running: RunningClaim) -> bool:
     running.activity.lose(f"step {spec.name} ran past its timeout of {spec.timeout}s")
     record = StepRecord(running.step_index, spec.name, running.step_attempt, started, clock.now())
     error = TimeoutError(f"step {spec.name} ran past its timeout of {spec.timeout}s and was abandoned")
-    cls = registry.get(claim.type_name)
+    cls = registered(claim.type_name)
     decision = decide_failure(cls.retry, failures_before=claim.failures, now=clock.now(), retryable=True)
     # The step's thread is still busy: a rollback is handed to the next claim, never run on this thread.
     ended = Failed(record, error_text(error), "", decision, rollback=cls.has_rollback(), hand_off=True,
@@ -339,7 +340,7 @@ def record_crash(running: RunningClaim, error: BaseException, trace: str) -> Out
     message = f"the worker could not record the outcome of {where}: {error_text(error)}"
     connection.close()  # whatever went wrong may have left the connection broken or mid-transaction
     try:
-        cls = registry.get(claim.type_name)
+        cls = registered(claim.type_name)
         now = clock.now()
         record = StepRecord(claim.step, "rollback" if claim.in_rollback else claim.step_name, claim.attempt,
                             running.step_started_at or now, now)

@@ -6,7 +6,7 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, transaction
@@ -16,15 +16,14 @@ from django_procedures.exceptions import InvalidOperation, LeaseLost, UnknownPro
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.models.readonly import write_instance
 from django_procedures.models.schedule import validation_errors
+from django_procedures.policy.options import Options
+from django_procedures.policy.procedure_class import ProcedureClass
 from django_procedures.policy.schedule import Mode, decide_trigger, fixed_delay_next_tick, on_run_finished
 from django_procedures.policy.schedule_args import OutOfRange, normalise
 from django_procedures.policy.status import LEASED
 from django_procedures.store import broken
 from django_procedures.store.db import is_conflict, is_disconnect
-from django_procedures.store.submit import build_row, insert
-
-if TYPE_CHECKING:
-    from django_procedures.procedure import Procedure
+from django_procedures.store.submit import insert, row_of
 
 logger = logging.getLogger("django_procedures.schedules")
 
@@ -52,7 +51,7 @@ def check_schedule(schedule: Schedule) -> None:
         raise ValidationError(errors)
 
 
-def register_schedule(name: str, procedure: type[Procedure] | str, *, mode: str = "fixed_rate",
+def register_schedule(name: str, procedure: ProcedureClass | str, *, mode: str = "fixed_rate",
                       period: timedelta | float | None = None, cron: str | None = None, max_concurrency: int = 1,
                       missed: str = "skip", max_pending: int = 0, initial_delay: timedelta | float = timedelta(0),
                       max_run_time: timedelta | float | None = None, state: Mapping[str, Any] | None = None,
@@ -149,7 +148,7 @@ def save_schedule(schedule: Schedule) -> tuple[Schedule, list[str]]:
 _declared: dict[str, dict[str, Any]] = {}
 
 
-def declare_schedule(name: str, procedure: type[Procedure] | str, **options: Any) -> None:
+def declare_schedule(name: str, procedure: ProcedureClass | str, **options: Any) -> None:
     """Declare a schedule in code (for example in ``procedures.py``); it is written to the database on
     ``post_migrate`` and at worker start, never at import. Takes ``register_schedule``'s options."""
     _declared[name] = {"procedure": procedure, **options}
@@ -177,11 +176,10 @@ def sync_declared() -> list[str]:
 
 def run_rows(schedule: Schedule, ticks: Sequence[datetime], now: datetime) -> list[ProcedureRun]:
     """Unsaved runs of ``schedule`` standing for ``ticks``."""
-    cls = registry.get(schedule.procedure)
+    run = registry.get(schedule.procedure)._new_run(schedule.state, Options(queue=schedule.queue or None), now=now)
     rows = []
     for tick_at in ticks:
-        row = build_row(cls, schedule.state, key=None, queue=schedule.queue or None, priority=None, run_after=None,
-                        now=now, parent=None)
+        row = row_of(run, now=now, parent=None)
         row.schedule_id, row.tick_at = schedule.id, tick_at
         rows.append(row)
     return rows

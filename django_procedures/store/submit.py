@@ -1,34 +1,30 @@
-"""Submitting procedures in the caller's transaction, and inserting a parent's children."""
+"""Writing submitted procedures (row data checked by ``django_procedures.submitting``) and a parent's children."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import connection, transaction
 from django.db.models import F, Field, Model
 
-from django_procedures import clock, signals
-from django_procedures.conf import conf
+from django_procedures import signals
 from django_procedures.exceptions import KeyConflict
 from django_procedures.models import ProcedureRun
-from django_procedures.policy import options
 from django_procedures.policy.ids import new_id
-from django_procedures.policy.state import StateTooLarge, check_state, dumps, encode_state, find_problem, size_problem
+from django_procedures.policy.procedure_class import NewRun
+from django_procedures.policy.state import dumps
 from django_procedures.policy.status import FINAL
 from django_procedures.store.db import is_postgresql
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
 from django_procedures.store.schema import tables_required
 from django_procedures.trace_context import capture
-
-if TYPE_CHECKING:
-    from django_procedures.procedure import Procedure
 
 
 @dataclass(frozen=True)
@@ -39,11 +35,6 @@ class Parent:
     root_id: uuid.UUID
     depth: int
     suspension: int = 0
-
-
-def resolve_run_at(run_after: datetime | timedelta | float | None, now: datetime) -> datetime:
-    """When a procedure submitted at ``now`` with ``run_after`` becomes due (see ``policy.options.run_at``)."""
-    return options.run_at(run_after, now)
 
 
 def _parent(parent: Any) -> Parent | None:
@@ -74,51 +65,11 @@ def _parent(parent: Any) -> Parent | None:
     return Parent(parent_id, row["root_id"] or parent_id, row["depth"])
 
 
-def lock_keys_of(cls: type[Procedure], state: dict[str, Any]) -> list[list[str]]:
-    """The ``[[name, mode], ...]`` a procedure with ``state`` will hold, as stored on its row."""
-    if not cls.declares_lock_keys:
-        return []
-    instance = cls.__new__(cls)
-    instance.state = state
-    keys = instance.lock_keys() or []
-    stored: dict[str, str] = {}
-    for key in keys:
-        name, mode = getattr(key, "name", None), getattr(key, "mode", None)
-        if not isinstance(name, str) or not name or mode not in ("exclusive", "shared"):
-            raise TypeError(f"{cls.__qualname__}.lock_keys() must return LockKey.exclusive(name) or "
-                            f"LockKey.shared(name) values; got {key!r}")
-        problem = find_problem(name, f"the lock key name {name!r}")
-        if problem:
-            raise TypeError(f"{cls.__qualname__}.lock_keys() returned a key that cannot be stored: {problem}")
-        if len(name) > 255:
-            raise TypeError(f"{cls.__qualname__}.lock_keys() returned a key name of {len(name)} characters; "
-                            "key names are at most 255 characters (hash long ones)")
-        if stored.get(name) != "exclusive":  # asking twice keeps the stronger mode
-            stored[name] = mode
-    return [[name, stored[name]] for name in sorted(stored)]
-
-
-def build_row(cls: type[Procedure], state: Mapping[str, Any] | None, *, key: str | None, queue: str | None,
-              priority: int | None, run_after: datetime | timedelta | float | None, now: datetime,
-              parent: Parent | None, where: str = "state", position: int = 0) -> ProcedureRun:
-    """An unsaved ``ProcedureRun`` for ``cls``; ``TypeError`` if the state is not strict JSON.
-
-    The options were checked by the caller (``policy.options``), once per call rather than per row.
-    """
-    if cls.abstract:
-        raise TypeError(f"{cls.__qualname__} is abstract; submit one of its concrete subclasses")
-    if state is not None and not isinstance(state, Mapping):
-        raise TypeError(f"state must be a dict (a JSON object); got {type(state).__name__}")
-    plain = dict(state or {})
-    check_state(plain, where)
-    problem = size_problem(encode_state(plain), conf.MAX_STATE_BYTES, where)
-    if problem:
-        raise StateTooLarge(problem)
+def row_of(run: NewRun, *, now: datetime, parent: Parent | None, position: int = 0) -> ProcedureRun:
+    """An unsaved ``ProcedureRun`` of ``run`` (row data checked by the procedure side), created at ``now``."""
     values = dict(
-        id=new_id(), type_name=cls.type_name, state=plain, step_name=cls.steps[0].name,
-        queue=queue if queue is not None else cls.queue or conf.DEFAULT_QUEUE,
-        priority=cls.priority if priority is None else priority,
-        key=key, run_at=resolve_run_at(run_after, now), created_at=now, lock_keys=lock_keys_of(cls, plain),
+        id=new_id(), type_name=run.type_name, state=run.state, step_name=run.step_name, queue=run.queue,
+        priority=run.priority, key=run.key, run_at=run.run_at, created_at=now, lock_keys=run.lock_keys,
         parent_id=parent and parent.id, root_id=parent and parent.root_id, depth=parent.depth + 1 if parent else 0,
         spawned_in=parent.suspension if parent else 0, position=position, trace_context=capture(),
     )
@@ -242,45 +193,20 @@ class Submitted(NamedTuple):
     created: bool
 
 
-def submit_many(
-    cls: type[Procedure],
-    states: Sequence[Mapping[str, Any] | None],
-    *,
-    keys: Sequence[str | None] | None = None,
-    queue: str | None = None,
-    priority: int | None = None,
-    run_after: datetime | timedelta | float | None = None,
-    parent: Any = None,
-) -> list[Submitted]:
-    """Insert one ``ProcedureRun`` per state with one INSERT; existing idempotency keys insert nothing.
+def submit_runs(runs: Sequence[NewRun], *, now: datetime, parent: Any = None) -> list[Submitted]:
+    """Insert one ``ProcedureRun`` per run (hanging under ``parent``) with one INSERT; existing idempotency keys
+    insert nothing.
 
-    Returns, in order, each procedure's id and whether this call inserted it
-    (``Procedure.submit`` makes the handles).
-
-    Checks every argument before writing anything: ``TypeError`` for a state
-    that is not strict JSON or an option of the wrong type, ``ValueError`` for
-    an option out of range, an empty key or a key given twice, and
-    ``KeyConflict`` (a ``ValueError``) for a key that names a procedure of
-    another type (nothing is inserted then).
+    Returns, in order, each procedure's id and whether this call inserted it.
+    ``ValueError`` for a parent that does not exist or is final, ``KeyConflict``
+    (a ``ValueError``) for a key that names a procedure of another type;
+    nothing is inserted then. The runs were checked where they were made
+    (``django_procedures.submitting``).
     """
-    single = len(states) == 1 and keys is not None and len(keys) == 1
-    if keys is None:
-        keys = [None] * len(states)
-    if len(keys) != len(states):
-        raise ValueError(f"got {len(states)} states but {len(keys)} keys; pass one key (or None) per state")
-    queue, priority = options.check_queue(queue), options.check_priority(priority)
-    run_after = options.check_run_after(run_after)
-    for i, key in enumerate(keys):
-        options.check_key(key, "key" if single else f"keys[{i}]")
-    now = clock.now()
     # With a parent, its write and the children's insert commit together (see _parent).
     with tables_required(), transaction.atomic() if parent is not None else nullcontext():
         # (tables_required: an unmigrated database is said so, rather than "relation ... does not exist")
         tree = _parent(parent)
-        rows = [
-            build_row(cls, state, key=key, queue=queue, priority=priority, run_after=run_after, now=now, parent=tree,
-                      where="state" if len(states) == 1 else f"states[{i}]")
-            for i, (state, key) in enumerate(zip(states, keys, strict=True))
-        ]
+        rows = [row_of(run, now=now, parent=tree) for run in runs]
         # A row carries a fresh id: the id that comes back is its own only if this row was inserted.
         return [Submitted(pid, pid == row.id) for pid, row in zip(insert(rows), rows, strict=True)]

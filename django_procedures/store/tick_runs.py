@@ -19,7 +19,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import connection, models
 from django.db.models import F
@@ -29,14 +29,13 @@ from django_procedures.conf import conf
 from django_procedures.exceptions import UnknownProcedureType
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.policy.ids import new_id
+from django_procedures.policy.options import Options
+from django_procedures.policy.procedure_class import ProcedureClass
 from django_procedures.policy.schedule import TickDecision
 from django_procedures.store.db import is_postgresql
 from django_procedures.store.events import send_after_commit
 from django_procedures.store.notify import notify
-from django_procedures.store.submit import build_row, insert, lock_keys_of
-
-if TYPE_CHECKING:
-    from django_procedures.procedure import Procedure
+from django_procedures.store.submit import insert, row_of
 
 
 class Ticked(NamedTuple):
@@ -84,7 +83,7 @@ class Wanted(NamedTuple):
     """The runs a tick decision starts for one schedule, with what its procedure class decides for them."""
 
     schedule: Schedule
-    cls: type[Procedure] | None
+    cls: ProcedureClass | None
     ticks: Sequence[datetime]
     step_name: str = ""
     queue: str = ""
@@ -99,9 +98,10 @@ def wanted(schedule: Schedule, ticks: Sequence[datetime]) -> Wanted:
         return Wanted(schedule, None, ())
     cls = registry.get(schedule.procedure)
     if cls.abstract:
-        raise TypeError(f"{cls.__qualname__} is abstract; a schedule starts one of its concrete subclasses")
+        raise TypeError(f"{getattr(cls, '__qualname__', cls.type_name)} is abstract; a schedule starts one of its "
+                        "concrete subclasses")
     return Wanted(schedule, cls, ticks, cls.steps[0].name, schedule.queue or cls.queue or conf.DEFAULT_QUEUE,
-                  cls.priority, lock_keys_of(cls, schedule.state) if cls.declares_lock_keys else [])
+                  cls.priority, cls._stored_lock_keys(schedule.state) if cls.declares_lock_keys else [])
 
 
 def declares_lock_keys(schedule: Schedule) -> bool:
@@ -140,9 +140,9 @@ def _insert_rows(wanted: Sequence[Wanted], now: datetime) -> Counter[int]:
         schedule = w.schedule
         if w.cls is None:  # no ticks due
             continue
+        run = w.cls._new_run(schedule.state, Options(queue=schedule.queue or None), now=now)
         for tick_at in w.ticks:
-            row = build_row(w.cls, schedule.state, key=None, queue=schedule.queue or None, priority=None,
-                            run_after=None, now=now, parent=None)
+            row = row_of(run, now=now, parent=None)
             row.schedule_id, row.tick_at = schedule.id, tick_at
             rows.append(row)
             schedule_of[row.id] = schedule.id

@@ -13,13 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db.models import F
 
 from django_procedures import clock, signals
 from django_procedures.conf import conf
 from django_procedures.models import ProcedureRun, Step
+from django_procedures.policy.procedure_class import NewRun
 from django_procedures.policy.retry import FailDecision, RetryDecision
 from django_procedures.policy.status import LeaseOutcome, RunStatus, StepStatus
 from django_procedures.policy.text import clean_text
@@ -31,10 +32,7 @@ from django_procedures.store.events import send_after_commit
 from django_procedures.store.fence import LEASE_CLEARED, StepRecord, close_lease, fenced_update, held_row, lost
 from django_procedures.store.final import Ending, finish_one, joined
 from django_procedures.store.notify import notify
-from django_procedures.store.submit import Parent, build_row, insert
-
-if TYPE_CHECKING:
-    from django_procedures.procedure import Procedure
+from django_procedures.store.submit import Parent, insert, row_of
 
 # -- forward progress --------------------------------------------------------------------------
 
@@ -127,20 +125,10 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
         raise lost(claim)
 
 
-def child_rows(claim: Claim, children: Sequence[Procedure]) -> list[ProcedureRun]:
-    """The unsaved rows of a suspension's children; raises before anything is written if one is refused."""
-    now = clock.now()
+def child_rows(claim: Claim, runs: Sequence[NewRun], now: datetime) -> list[ProcedureRun]:
+    """The unsaved rows of a suspension's children (``runs``, checked by ``submitting.child_runs``)."""
     here = Parent(claim.id, claim.root_id or claim.id, claim.depth, claim.suspension + 1)
-    rows = []
-    for i, child in enumerate(children):
-        options = child.options
-        if options.get("key"):
-            raise TypeError("children cannot carry an idempotency key: the suspension that creates them is "
-                            "committed once, so they are never created twice; drop key=")
-        rows.append(build_row(type(child), child.state, key=None, queue=options.get("queue"),
-                              priority=options.get("priority"), run_after=options.get("run_after"), now=now,
-                              parent=here, where=f"children[{i}].state", position=i))
-    return rows
+    return [row_of(run, now=now, parent=here, position=i) for i, run in enumerate(runs)]
 
 
 def suspend(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str,

@@ -9,8 +9,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
 from django_procedures import clock
+from django_procedures.policy.options import Options
 from django_procedures.policy.retry import RetryPolicy
-from django_procedures.store.submit import build_row, insert
+from django_procedures.store.submit import submit_runs
+from django_procedures.submitting import new_run
 from django_procedures.tasks import bridge, compat
 from django_procedures.tasks.compat import BaseTaskBackend, InvalidTask, Task, TaskResult, TaskResultStatus
 from django_procedures.tasks.results import read_result
@@ -91,11 +93,12 @@ class ProceduresBackend(BaseTaskBackend):
             plain_args, plain_kwargs = arguments_to_json(task.func, args, kwargs, takes_context=task.takes_context)
         except TypeError as error:
             raise TypeError(f"cannot enqueue {task.module_path}: {error}") from None
-        row = build_row(cls, {"args": plain_args, "kwargs": plain_kwargs}, key=None, queue=task.queue_name,
-                        priority=task.priority, run_after=task.run_after, now=clock.now(), parent=None)
-        insert([row])
+        now = clock.now()
+        run = new_run(cls, {"args": plain_args, "kwargs": plain_kwargs}, now=now,
+                      options=Options(queue=task.queue_name, priority=task.priority, run_after=task.run_after))
+        (submitted,) = submit_runs([run], now=now)
         result = TaskResult(
-            task=task, id=str(row.id), status=TaskResultStatus.READY, enqueued_at=row.created_at, started_at=None,
+            task=task, id=str(submitted.id), status=TaskResultStatus.READY, enqueued_at=now, started_at=None,
             finished_at=None, last_attempted_at=None, args=plain_args, kwargs=plain_kwargs, backend=self.alias,
             errors=[], worker_ids=[],
         )

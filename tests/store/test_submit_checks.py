@@ -28,6 +28,8 @@ def test_an_empty_or_blank_key_is_refused(key):
         Leaf.submit({"n": 1}, key=key)
     with pytest.raises(ValueError, match=r"keys\[1\] .* empty or blank"):
         Leaf.submit_many([{"n": 1}, {"n": 2}], keys=["fine", key])
+    with pytest.raises(ValueError, match=r"keys\[0\] .* empty or blank"):  # the name the caller used
+        Leaf.submit_many([{"n": 1}], keys=[key])
     assert nothing_stored()
 
 

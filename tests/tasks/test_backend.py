@@ -206,6 +206,15 @@ def test_options_retry_is_the_default_policy():
         assert [e.exception_class_path for e in result_of(result.id).errors] == ["builtins.LookupError"] * 2
 
 
+def test_with_any_queue_allowed_a_queue_no_worker_could_serve_is_refused_at_enqueue():
+    """``QUEUES: []`` lets the framework take any name; the procedures' own queue check still runs (one door)."""
+    with override_settings(TASKS={"default": {"BACKEND": "django_procedures.tasks.ProceduresBackend",
+                                              "QUEUES": []}}):
+        with pytest.raises(ValueError, match="cannot be served"):
+            ProceduresTask(func=fails_always, queue_name="a,b").enqueue()
+    assert not ProcedureRun.objects.exists()
+
+
 @pytest.mark.parametrize("options", [{"RETRY": {"max_attempts": 0}}, {"RETRY": 3}, {"RETRIES": {}}])
 def test_bad_options_are_configuration_errors(options):
     with pytest.raises(ImproperlyConfigured, match="OPTIONS"):

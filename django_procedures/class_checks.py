@@ -1,0 +1,46 @@
+"""The checks a ``Procedure`` subclass passes when it is defined, so that a mistake fails at import."""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING
+
+from django_procedures.exceptions import ProceduresConfigError
+from django_procedures.policy import options
+from django_procedures.policy.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from django_procedures.procedure import Procedure
+
+
+def check_class_attributes(cls: type[Procedure]) -> None:
+    """A class's ``queue``, ``priority``, ``retry`` and ``redact`` are checked when it is defined."""
+    where = cls.__qualname__
+    options.check_queue(cls.queue, f"{where}.queue")
+    if cls.priority is None:
+        raise TypeError(f"{where}.priority must be an int (higher runs first, default 0); got None")
+    options.check_priority(cls.priority, f"{where}.priority")
+    if not isinstance(cls.retry, RetryPolicy):
+        raise TypeError(f"{where}.retry must be a RetryPolicy(...); got {type(cls.retry).__name__} {cls.retry!r}")
+    redact = cls.redact
+    if isinstance(redact, str) or not isinstance(redact, tuple | list | set | frozenset) or not all(
+            isinstance(name, str) for name in redact):
+        raise TypeError(f"{where}.redact must be a tuple of state keys (strings), like ('password',); "
+                        f"got {redact!r}")
+
+
+#: Methods the worker calls on a procedure object, besides its steps.
+_CALLED_METHODS = ("execute", "rollback", "on_child_failed", "lock_keys")
+
+
+def refuse_async_methods(cls: type[Procedure]) -> None:
+    """An ``async def`` step (or ``execute``, ``rollback``...) is refused when the class is defined.
+
+    The worker calls them synchronously: a coroutine would be returned unawaited and fail only at run time.
+    """
+    for name in (*(s.name for s in cls.steps), *_CALLED_METHODS):
+        method = getattr(cls, name, None)
+        if inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method):
+            raise ProceduresConfigError(
+                f"{cls.__module__}.{cls.__qualname__}.{name} is an async def: async steps are not supported yet; "
+                f"write it as a plain def (call async code from it with asgiref.sync.async_to_sync)")
