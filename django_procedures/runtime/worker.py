@@ -47,7 +47,7 @@ from django_procedures.store.listening import listens
 from django_procedures.store.maintenance import maintain
 from django_procedures.store.schedules import sync_declared
 from django_procedures.store.schema import is_missing_table
-from django_procedures.store.ticks import next_tick_due, tick
+from django_procedures.store.ticks import next_tick_due, run_pass
 
 logger = logging.getLogger("django_procedures.worker")
 
@@ -222,7 +222,7 @@ class WorkerRuntime:
                   Chore("retention", retention.IDLE_SECONDS, retention.prune_pass),
                   Chore("activity", retention.COUNT_SECONDS, retention.count_finished)]
         if self.config.with_scheduler:
-            chores.append(Chore("scheduler", self.config.tick_seconds, tick))
+            chores.append(Chore("scheduler", self.config.tick_seconds, run_pass))
         return chores
 
     def _main_loop(self) -> None:
