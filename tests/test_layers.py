@@ -104,6 +104,15 @@ def imports_of_node(node: ast.Import | ast.ImportFrom) -> set[str]:
     return {node.module} if node.module and node.level == 0 else set()
 
 
+def test_handles_leave_database_connections_to_the_store():
+    """Issue 32: ``handle.py`` waits through ``store.awaiting``; opening and LISTENing on a connection is the
+    store's (psycopg, the LISTEN statement and the channel names live there)."""
+    text = (PACKAGE / "handle.py").read_text()
+    assert not {n for n in imports_of(PACKAGE / "handle.py") if n.split(".")[0] == "psycopg"}
+    assert "LISTEN" not in text.replace("LISTEN_NOTIFY", "").replace("LISTEN_DATABASE", "")
+    assert "django_procedures.store.awaiting" in imports_of(PACKAGE / "handle.py")
+
+
 # -- the writer rule: django_procedures.store is the only writer of the procedures models -------------
 
 MODELS = {"ProcedureRun", "Step", "Lease", "Schedule", "KeyRequest", "Worker"}
