@@ -39,10 +39,10 @@ def register_schedule(name: str, procedure: type[Procedure] | str, *, mode: str 
     """
     from django_procedures.store import schedules
 
-    return schedules.register(name, procedure, mode=mode, period=period, cron=cron,
-                              max_concurrency=max_concurrency, missed=missed, max_pending=max_pending,
-                              initial_delay=initial_delay, max_run_time=max_run_time, state=state,
-                              enabled=enabled, timezone=timezone, queue=queue, update=update)
+    return schedules.register_definition(name, procedure, mode=mode, period=period, cron=cron,
+                                         max_concurrency=max_concurrency, missed=missed, max_pending=max_pending,
+                                         initial_delay=initial_delay, max_run_time=max_run_time, state=state,
+                                         enabled=enabled, timezone=timezone, queue=queue, update=update)
 
 
 def declare_schedule(name: str, procedure: type[Procedure] | str, **options: Any) -> None:

@@ -53,12 +53,12 @@ def check_schedule(schedule: Schedule) -> None:
         raise ValidationError(errors)
 
 
-def register(name: str, procedure: type[Procedure] | str, *, mode: str = "fixed_rate",
-             period: timedelta | float | None = None, cron: str | None = None, max_concurrency: int = 1,
-             missed: str = "skip", max_pending: int = 0, initial_delay: timedelta | float = timedelta(0),
-             max_run_time: timedelta | float | None = None, state: Mapping[str, Any] | None = None,
-             enabled: bool = True, timezone: str | None = None, queue: str = "", update: bool = False,
-             from_code: bool = False) -> tuple[Schedule, bool]:
+def register_definition(name: str, procedure: type[Procedure] | str, *, mode: str = "fixed_rate",
+                        period: timedelta | float | None = None, cron: str | None = None, max_concurrency: int = 1,
+                        missed: str = "skip", max_pending: int = 0, initial_delay: timedelta | float = timedelta(0),
+                        max_run_time: timedelta | float | None = None, state: Mapping[str, Any] | None = None,
+                        enabled: bool = True, timezone: str | None = None, queue: str = "", update: bool = False,
+                        from_code: bool = False) -> tuple[Schedule, bool]:
     """``scheduling.register_schedule`` (which documents the arguments); ``from_code`` marks a schedule
     declared in code (``sync_declared``), which the admin shows as such."""
     type_name = _type_name(procedure)
@@ -115,7 +115,7 @@ def _apply_definition(existing: Schedule, wanted: Schedule, changed: Sequence[st
 def save_schedule(schedule: Schedule) -> tuple[Schedule, list[str]]:
     """Create ``schedule``, or apply its definition to the stored row: the admin's add and change forms.
 
-    A new schedule gets its first tick as ``register`` gives it. For a
+    A new schedule gets its first tick as ``register_definition`` gives it. For a
     stored one only the name and the definition fields (``DEFINITION``) that
     differ are written, under the row lock, so the metrics, pending ticks and
     pause state that ticks, runs and operators wrote meanwhile are kept; a
@@ -142,8 +142,8 @@ def save_schedule(schedule: Schedule) -> tuple[Schedule, list[str]]:
 # -- schedules declared in code, synced on post_migrate and at worker start --------------------
 
 _declared: dict[str, dict[str, Any]] = {}
-#: What a declaration may pass on to ``register`` (``from_code`` is set by the sync itself).
-_OPTIONS = frozenset(inspect.signature(register).parameters) - {"name", "from_code"}
+#: What a declaration may pass on to ``register_definition`` (``from_code`` is set by the sync itself).
+_OPTIONS = frozenset(inspect.signature(register_definition).parameters) - {"name", "from_code"}
 
 
 def declare(name: str, procedure: type[Procedure] | str, options: Mapping[str, Any]) -> None:
@@ -161,7 +161,7 @@ def sync_declared() -> list[str]:
                          "%s", name, ", ".join(map(repr, unknown)), ", ".join(sorted(_OPTIONS - {"procedure"})))
             continue
         try:
-            _, was_created = register(name, from_code=True, **options)
+            _, was_created = register_definition(name, from_code=True, **options)
         except ValidationError as error:
             logger.error("schedule %r declared in code is invalid: %s", name, "; ".join(error.messages))
             continue
