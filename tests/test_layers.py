@@ -113,6 +113,23 @@ def test_handles_leave_database_connections_to_the_store():
     assert "django_procedures.store.awaiting" in imports_of(PACKAGE / "handle.py")
 
 
+#: Class names that may repeat: Django's name for a management command, and a tree's member as the timeline
+#: draws it and as a retry plans it (one thing seen from two layers).
+SHARED_CLASS_NAMES = {"Command", "Member"}
+
+
+def test_a_class_name_means_one_thing_across_the_package():
+    """Issue 32: the admin's bulk-action result was an ``Outcome`` beside the claim's ``runtime.running.Outcome``."""
+    where: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if "migrations" in path.parts:
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(str(path.relative_to(PACKAGE)))
+    assert {name: paths for name, paths in where.items() if len(paths) > 1 and name not in SHARED_CLASS_NAMES} == {}
+
+
 # -- the writer rule: django_procedures.store is the only writer of the procedures models -------------
 
 MODELS = {"ProcedureRun", "Step", "Lease", "Schedule", "KeyRequest", "Worker"}
