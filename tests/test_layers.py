@@ -130,6 +130,13 @@ def test_a_class_name_means_one_thing_across_the_package():
     assert {name: paths for name, paths in where.items() if len(paths) > 1 and name not in SHARED_CLASS_NAMES} == {}
 
 
+def test_the_worker_leaves_the_bookkeeping_of_its_claims_to_runtime_held():
+    """Issue 32: the worker loop delegates the claims it holds (counts, prefetch, give-back) to ``HeldClaims``."""
+    found = imports_of(PACKAGE / "runtime" / "worker.py")
+    assert "django_procedures.runtime.held.HeldClaims" in found
+    assert not {n for n in found if n.startswith("django_procedures.policy.prefetch")}
+
+
 # -- the writer rule: django_procedures.store is the only writer of the procedures models -------------
 
 MODELS = {"ProcedureRun", "Step", "Lease", "Schedule", "KeyRequest", "Worker"}
