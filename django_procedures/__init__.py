@@ -55,9 +55,9 @@ _LAZY = {
     "pause_schedule": "django_procedures.scheduling",
     "resume_schedule": "django_procedures.scheduling",
     "delete_schedule": "django_procedures.scheduling",
-    "register_schedule": "django_procedures.store.schedules",
-    "declare_schedule": "django_procedures.store.schedules",
-    "tick": "django_procedures.store.ticks",
+    "register_schedule": "django_procedures.scheduling",
+    "declare_schedule": "django_procedures.scheduling",
+    "tick": "django_procedures.scheduling",
 }
 
 if TYPE_CHECKING:
@@ -67,9 +67,15 @@ if TYPE_CHECKING:
     from django_procedures.policy.status import RunStatus
     from django_procedures.procedure import LockKey, Procedure, Status, step
     from django_procedures.runtime.context import Context
-    from django_procedures.scheduling import delete_schedule, pause_schedule, resume_schedule, trigger_schedule
-    from django_procedures.store.schedules import declare_schedule, register_schedule
-    from django_procedures.store.ticks import tick
+    from django_procedures.scheduling import (
+        declare_schedule,
+        delete_schedule,
+        pause_schedule,
+        register_schedule,
+        resume_schedule,
+        tick,
+        trigger_schedule,
+    )
     from django_procedures.store.tree import ChildResult
     from django_procedures.submit_options import SubmitOptions
 

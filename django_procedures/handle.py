@@ -120,7 +120,9 @@ class ProcedureHandle:
         """
         timeout = checked_timeout(timeout, poll)
         deadline = None if timeout is None else time.monotonic() + timeout
-        listener = _listener(self.id)
+        from django_procedures.store.awaiting import FinishListener
+
+        listener = FinishListener.open(self.id)  # before the first read: a transition in between is heard
         try:
             delay = poll
             while True:
@@ -130,18 +132,14 @@ class ProcedureHandle:
                 if left is not None and left <= 0:
                     raise TimeoutError(f"procedure {self.id} is still {self.status} after {timeout} seconds")
                 if listener is not None:
-                    try:
-                        for _ in listener.notifies(timeout=min(RECHECK_SECONDS, left or RECHECK_SECONDS),
-                                                   stop_after=1):
-                            pass
+                    if listener.wait(min(RECHECK_SECONDS, left or RECHECK_SECONDS)):
                         continue
-                    except Exception:  # the connection broke: poll from here on
-                        _close(listener)
-                        listener = None
+                    listener = None  # the connection broke: poll from here on
                 time.sleep(delay if left is None else max(0.0, min(delay, left)))
                 delay = min(delay * 1.5, 1.0)
         finally:
-            _close(listener)
+            if listener is not None:
+                listener.close()
 
     async def await_result(self, timeout: float | None = None, *, poll: float = 0.05) -> RunStatus:
         """``wait()`` for async code: wait until the procedure is final and return its status.
@@ -153,7 +151,9 @@ class ProcedureHandle:
         timeout = checked_timeout(timeout, poll)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        listener = await _alistener(self.id)
+        from django_procedures.store.awaiting import AsyncFinishListener
+
+        listener = await AsyncFinishListener.open(self.id)
         try:
             delay = poll
             while True:
@@ -163,18 +163,14 @@ class ProcedureHandle:
                 if left is not None and left <= 0:
                     raise TimeoutError(f"procedure {self.id} is still {self.status} after {timeout} seconds")
                 if listener is not None:
-                    try:
-                        async for _ in listener.notifies(timeout=min(RECHECK_SECONDS, left or RECHECK_SECONDS),
-                                                         stop_after=1):
-                            pass
+                    if await listener.wait(min(RECHECK_SECONDS, left or RECHECK_SECONDS)):
                         continue
-                    except Exception:  # the connection broke: poll from here on
-                        await _aclose(listener)
-                        listener = None
+                    listener = None  # the connection broke: poll from here on
                 await asyncio.sleep(delay if left is None else max(0.0, min(delay, left)))
                 delay = min(delay * 1.5, 1.0)
         finally:
-            await _aclose(listener)
+            if listener is not None:
+                await listener.close()
 
     def cancel(self, *, by: str = "") -> Any:
         """Cancel this procedure and its unfinished subtree; returns a ``CancelResult`` saying what changed."""
@@ -226,82 +222,3 @@ async def aget_handle(procedure_id: uuid.UUID | str) -> ProcedureHandle:
     from asgiref.sync import sync_to_async
 
     return await sync_to_async(get_handle)(procedure_id)
-
-
-# -- listening for the final transition (PostgreSQL) ----------------------------------------------
-
-
-def _listen_params(procedure_id: uuid.UUID) -> tuple[dict[str, Any], str] | None:
-    """Connection parameters and the LISTEN statement, or None where waiting must poll."""
-    from django_procedures.store.listening import listen_params, listens
-    from django_procedures.store.notify import finished_channel
-
-    if not listens():  # also behind a transaction pooler without LISTEN_DATABASE: LISTEN cannot work there
-        return None
-    return listen_params(), f'LISTEN "{finished_channel(procedure_id)}"'
-
-
-def _listener(procedure_id: uuid.UUID) -> Any:
-    """A connection LISTENing for the procedure's final transition, or None (then the caller polls).
-
-    Opened before the first read of the status, so a transition committed in between is heard.
-    """
-    found = _listen_params(procedure_id)
-    if found is None:
-        return None
-    import psycopg
-
-    params, listen = found
-    try:
-        conn = psycopg.connect(**params, autocommit=True)
-    except psycopg.Error:
-        return None  # the waiting still works, by polling
-    try:
-        conn.execute(listen)
-    except psycopg.Error:
-        conn.close()
-        return None
-    from django_procedures.store.notify import mark_awaited
-
-    mark_awaited(procedure_id)
-    return conn
-
-
-async def _alistener(procedure_id: uuid.UUID) -> Any:
-    found = _listen_params(procedure_id)  # reads settings and parameters only: no query
-    if found is None:
-        return None
-    import psycopg
-
-    params, listen = found
-    try:
-        conn = await psycopg.AsyncConnection.connect(**params, autocommit=True)
-    except psycopg.Error:
-        return None
-    try:
-        await conn.execute(listen)
-    except psycopg.Error:
-        await conn.close()
-        return None
-    from asgiref.sync import sync_to_async
-
-    from django_procedures.store.notify import mark_awaited
-
-    await sync_to_async(mark_awaited)(procedure_id)
-    return conn
-
-
-def _close(conn: Any) -> None:
-    if conn is not None:
-        try:
-            conn.close()
-        except Exception:  # already broken
-            pass
-
-
-async def _aclose(conn: Any) -> None:
-    if conn is not None:
-        try:
-            await conn.close()
-        except Exception:  # already broken
-            pass

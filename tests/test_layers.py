@@ -104,6 +104,39 @@ def imports_of_node(node: ast.Import | ast.ImportFrom) -> set[str]:
     return {node.module} if node.module and node.level == 0 else set()
 
 
+def test_handles_leave_database_connections_to_the_store():
+    """Issue 32: ``handle.py`` waits through ``store.awaiting``; opening and LISTENing on a connection is the
+    store's (psycopg, the LISTEN statement and the channel names live there)."""
+    text = (PACKAGE / "handle.py").read_text()
+    assert not {n for n in imports_of(PACKAGE / "handle.py") if n.split(".")[0] == "psycopg"}
+    assert "LISTEN" not in text.replace("LISTEN_NOTIFY", "").replace("LISTEN_DATABASE", "")
+    assert "django_procedures.store.awaiting" in imports_of(PACKAGE / "handle.py")
+
+
+#: Class names that may repeat: Django's name for a management command, and a tree's member as the timeline
+#: draws it and as a retry plans it (one thing seen from two layers).
+SHARED_CLASS_NAMES = {"Command", "Member"}
+
+
+def test_a_class_name_means_one_thing_across_the_package():
+    """Issue 32: the admin's bulk-action result was an ``Outcome`` beside the claim's ``runtime.running.Outcome``."""
+    where: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if "migrations" in path.parts:
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(str(path.relative_to(PACKAGE)))
+    assert {name: paths for name, paths in where.items() if len(paths) > 1 and name not in SHARED_CLASS_NAMES} == {}
+
+
+def test_the_worker_leaves_the_bookkeeping_of_its_claims_to_runtime_held():
+    """Issue 32: the worker loop delegates the claims it holds (counts, prefetch, give-back) to ``HeldClaims``."""
+    found = imports_of(PACKAGE / "runtime" / "worker.py")
+    assert "django_procedures.runtime.held.HeldClaims" in found
+    assert not {n for n in found if n.startswith("django_procedures.policy.prefetch")}
+
+
 # -- the writer rule: django_procedures.store is the only writer of the procedures models -------------
 
 MODELS = {"ProcedureRun", "Step", "Lease", "Schedule", "KeyRequest", "Worker"}

@@ -84,12 +84,12 @@ def test_listen_connections_open_on_the_listen_database(monkeypatch, settings):
 def test_handle_wait_does_not_listen_through_the_pooler(settings):
     import uuid
 
-    from django_procedures.handle import _listen_params
+    from django_procedures.store.awaiting import finish_listen_params
 
     settings.PROCEDURES = POOLED
-    assert _listen_params(uuid.uuid4()) is None
+    assert finish_listen_params(uuid.uuid4()) is None
     settings.PROCEDURES = {**POOLED, "LISTEN_DATABASE": "default"}
-    assert _listen_params(uuid.uuid4()) is not None
+    assert finish_listen_params(uuid.uuid4()) is not None
 
 
 def _idle_timeout() -> str:

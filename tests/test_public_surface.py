@@ -312,6 +312,28 @@ def test_schedule_operations_from_the_root():
     assert not Schedule.objects.filter(name="public-ops").exists()
 
 
+SCHEDULE_VERBS = ("register_schedule", "declare_schedule", "tick", "trigger_schedule", "pause_schedule",
+                  "resume_schedule", "delete_schedule")
+
+
+def test_the_schedule_verbs_come_from_one_public_module_and_carry_no_internals():
+    """Issue 32: each schedule verb is defined in ``django_procedures.scheduling``, what the reference documents;
+    marking a schedule as declared in code is the store's business, not a keyword users see."""
+    import inspect
+
+    from django_procedures import scheduling
+
+    assert set(SCHEDULE_VERBS) <= set(django_procedures.__all__)
+    for name in SCHEDULE_VERBS:
+        verb = getattr(django_procedures, name)
+        assert verb is getattr(scheduling, name), name
+        assert verb.__module__ == "django_procedures.scheduling", name
+        assert f"::: django_procedures.scheduling.{name}" in (ROOT / "docs" / "reference.md").read_text(), name
+    assert "from_code" not in inspect.signature(register_schedule).parameters
+    with pytest.raises(TypeError, match="from_code"):
+        register_schedule("x", Heartbeat, period=timedelta(minutes=1), from_code=True)
+
+
 def test_using_checks_its_options_where_they_are_written():
     with pytest.raises(TypeError, match="queue"):
         ThreeSteps.using(queue=5)

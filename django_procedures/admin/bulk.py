@@ -40,7 +40,7 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ActionResult:
     """What a confirmed action did: the success message, the refusals, and what to write in the admin log."""
 
     #: The success message; empty when nothing changed.
@@ -53,8 +53,8 @@ class Outcome:
 
 #: ``(request, selected objects) -> Plan``: read-only, for the confirmation page.
 Planner = Callable[[HttpRequest, list[Any]], Plan]
-#: ``(request, selected objects) -> Outcome``: the work, through the store, on the confirmed POST.
-Performer = Callable[[HttpRequest, list[Any]], Outcome]
+#: ``(request, selected objects) -> ActionResult``: the work, through the store, on the confirmed POST.
+Performer = Callable[[HttpRequest, list[Any]], ActionResult]
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class BulkAction:
 
 
 class BulkConfirmations:
-    """Mixin for a ``ModelAdmin``: the confirmation page, the outcome messages and the log of each ``BulkAction``.
+    """Mixin for a ``ModelAdmin``: the confirmation page, the result messages and the log of each ``BulkAction``.
 
     The admin says which columns the page reads and in what order it lists
     the selection; the page is ``admin/<app>/<model>/confirm_action.html``,
@@ -115,9 +115,9 @@ class BulkConfirmations:
                               % {"limit": limit, "objects": self.opts.verbose_name_plural}, messages.ERROR)
             return None
         if request.method == "POST" and request.POST.get("post") == "yes":
-            outcome = action.perform(request, selected)
-            self._log(request, outcome.logged)
-            self._report(request, action, outcome)
+            result = action.perform(request, selected)
+            self._log(request, result.logged)
+            self._report(request, action, result)
             return None
         plan = action.plan(request, selected)
         context = {
@@ -177,13 +177,13 @@ class BulkConfirmations:
                                              queryset=changed, action_flag=CHANGE,
                                              change_message=message)
 
-    def _report(self, request: HttpRequest, action: BulkAction, outcome: Outcome) -> None:
-        if outcome.done:
-            self.message_user(request, outcome.done, messages.SUCCESS)
-        refused = outcome.refused
+    def _report(self, request: HttpRequest, action: BulkAction, result: ActionResult) -> None:
+        if result.done:
+            self.message_user(request, result.done, messages.SUCCESS)
+        refused = result.refused
         if refused:
             reasons = "; ".join(reason for _, reason in refused[:5]) + ("; …" if len(refused) > 5 else "")
             self.message_user(request, action.refusal % {"count": len(refused), "reasons": reasons},
                               messages.WARNING)
-        if not outcome.done and not refused:
+        if not result.done and not refused:
             self.message_user(request, _("Nothing was selected; nothing changed."), messages.INFO)

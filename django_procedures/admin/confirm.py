@@ -11,7 +11,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext, ngettext_lazy
 
 import django_procedures.admin.actions as actions
-from django_procedures.admin.bulk import BulkAction, Outcome, Plan, operator
+from django_procedures.admin.bulk import ActionResult, BulkAction, Plan, operator
 from django_procedures.models import ProcedureRun
 
 
@@ -20,7 +20,7 @@ def _plan_retry(request: HttpRequest, runs: list[ProcedureRun]) -> Plan:
     return Plan(items, sum(1 for item in items if item.will_retry))
 
 
-def _retry(request: HttpRequest, runs: list[ProcedureRun]) -> Outcome:
+def _retry(request: HttpRequest, runs: list[ProcedureRun]) -> ActionResult:
     report = actions.retry_procedures([r.id for r in runs], by=operator(request))
     n, below = len(report.retried), sum(len(ids) for ids in report.descendants.values())
     done = ngettext("Retried %(count)d procedure; it is ready again.",
@@ -30,7 +30,7 @@ def _retry(request: HttpRequest, runs: list[ProcedureRun]) -> Outcome:
             ngettext("with %(below)d sub-procedure that failed it; a parent waits for what it retried.",
                      "with %(below)d sub-procedures that failed them; a parent waits for what it retried.", below)
             % {"below": below})
-    return Outcome(done if n else "", report.refused, [(report.retried, _(
+    return ActionResult(done if n else "", report.refused, [(report.retried, _(
         "Retried from the admin: resumes from its last checkpoint with a fresh retry budget."))] + [
         (ids, _("Retried from the admin with its ancestor %(id)s, which failed through it.") % {"id": parent})
         for parent, ids in report.descendants.items()])
@@ -41,14 +41,14 @@ def _plan_cancel(request: HttpRequest, runs: list[ProcedureRun]) -> Plan:
     return Plan(items, sum(len(item.members) for item in items))
 
 
-def _cancel(request: HttpRequest, runs: list[ProcedureRun]) -> Outcome:
+def _cancel(request: HttpRequest, runs: list[ProcedureRun]) -> ActionResult:
     report = actions.cancel_procedures([r.id for r in runs], by=operator(request))
     n, roots = report.count, len(report.cancelled)
     done = (ngettext("Cancelled %(count)d procedure", "Cancelled %(count)d procedures", n) % {"count": n}
             + " " + ngettext("(%(selected)d selected, with its unfinished sub-procedures).",
                              "(%(selected)d selected, with their unfinished sub-procedures).",
                              roots) % {"selected": roots})
-    return Outcome(done if n else "", report.unchanged, [
+    return ActionResult(done if n else "", report.unchanged, [
         (ids, _("Cancelled from the admin with the subtree of %(id)s.") % {"id": selected})
         for selected, ids in report.cancelled.items()])
 

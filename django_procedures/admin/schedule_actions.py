@@ -130,7 +130,7 @@ def _run_counts(ids: Sequence[int]) -> list[tuple[int, bool, int]]:
 
 
 @dataclass(frozen=True)
-class Report:
+class ScheduleActionReport:
     """What an action did: ``(schedule id, what happened)`` per changed schedule, and the refusals."""
 
     changed: tuple[tuple[int, str], ...] = ()
@@ -144,7 +144,7 @@ def _states(ids: Sequence[int]) -> dict[int, tuple[str, bool]]:
             Schedule.objects.filter(id__in=list(ids)).values_list("id", "name", "enabled")}
 
 
-def pause_schedules(ids: Sequence[int], *, reason: str) -> Report:
+def pause_schedules(ids: Sequence[int], *, reason: str) -> ScheduleActionReport:
     """Pause each enabled schedule through ``store.schedules.pause``, with ``reason`` recorded."""
     changed, refused = [], []
     states = _states(ids)
@@ -157,10 +157,10 @@ def pause_schedules(ids: Sequence[int], *, reason: str) -> Report:
         else:
             store.pause(pk, reason=reason)
             changed.append((pk, f"Paused from the admin: {reason}"))
-    return Report(tuple(changed), tuple(refused))
+    return ScheduleActionReport(tuple(changed), tuple(refused))
 
 
-def resume_schedules(ids: Sequence[int]) -> Report:
+def resume_schedules(ids: Sequence[int]) -> ScheduleActionReport:
     """Resume each paused schedule through ``store.schedules.resume``."""
     changed, refused = [], []
     states = _states(ids)
@@ -173,10 +173,10 @@ def resume_schedules(ids: Sequence[int]) -> Report:
         else:
             store.resume(pk)
             changed.append((pk, "Resumed from the admin."))
-    return Report(tuple(changed), tuple(refused))
+    return ScheduleActionReport(tuple(changed), tuple(refused))
 
 
-def trigger_schedules(ids: Sequence[int]) -> Report:
+def trigger_schedules(ids: Sequence[int]) -> ScheduleActionReport:
     """Trigger each schedule now through ``store.schedules.trigger``; a paused one is refused by the store."""
     changed, refused = [], []
     totals = {"started": 0, "skipped": 0, "pending": 0}
@@ -188,11 +188,11 @@ def trigger_schedules(ids: Sequence[int]) -> Report:
             continue
         for key in totals:
             totals[key] += result[key]
-        changed.append((pk, "Triggered from the admin: " + outcome(result) + "."))
-    return Report(tuple(changed), tuple(refused), totals)
+        changed.append((pk, "Triggered from the admin: " + trigger_summary(result) + "."))
+    return ScheduleActionReport(tuple(changed), tuple(refused), totals)
 
 
-def delete_schedules(ids: Sequence[int], *, by: str) -> Report:
+def delete_schedules(ids: Sequence[int], *, by: str) -> ScheduleActionReport:
     """Delete each schedule through ``store.operations.delete_schedule``; one deleted meanwhile is refused."""
     changed, refused = [], []
     for pk in ids:
@@ -203,10 +203,10 @@ def delete_schedules(ids: Sequence[int], *, by: str) -> Report:
             continue
         changed.append((pk, f"Deleted from the admin: {len(deleted.cancelled)} procedures cancelled (its unfinished "
                             f"runs and their subtrees), {deleted.kept} finished runs kept."))
-    return Report(tuple(changed), tuple(refused))
+    return ScheduleActionReport(tuple(changed), tuple(refused))
 
 
-def outcome(result: dict[str, int]) -> str:
+def trigger_summary(result: dict[str, int]) -> str:
     """``"1 run started, 0 ticks skipped, 1 tick pending"``: one trigger's (or a sum of triggers') result."""
     return ", ".join([
         ngettext("%(n)d run started", "%(n)d runs started", result["started"]) % {"n": result["started"]},

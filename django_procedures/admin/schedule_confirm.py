@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy, ngettext_lazy
 
 import django_procedures.admin.schedule_actions as actions
-from django_procedures.admin.bulk import BulkAction, Outcome, Performer, Plan, Planner, operator
+from django_procedures.admin.bulk import ActionResult, BulkAction, Performer, Plan, Planner, operator
 from django_procedures.models import Schedule
 
 REASON_LIMIT = 500
@@ -36,19 +36,19 @@ def _planner(plan: Callable[[list[Schedule]], list[actions.PlanItem]]) -> Planne
     return planned
 
 
-def _performer(perform: Callable[[HttpRequest, list[int]], actions.Report], done: Any) -> Performer:
+def _performer(perform: Callable[[HttpRequest, list[int]], actions.ScheduleActionReport], done: Any) -> Performer:
     """``done`` takes ``%(count)d`` and ``%(outcome)s`` (trigger-now's summed result)."""
 
-    def performed(request: HttpRequest, selected: list[Schedule]) -> Outcome:
+    def performed(request: HttpRequest, selected: list[Schedule]) -> ActionResult:
         report = perform(request, [s.pk for s in selected])
         n = len(report.changed)
-        message = done % {"count": n, "outcome": actions.outcome(report.totals) if report.totals else ""}
-        return Outcome(message if n else "", report.refused, [((pk,), change) for pk, change in report.changed])
+        message = done % {"count": n, "outcome": actions.trigger_summary(report.totals) if report.totals else ""}
+        return ActionResult(message if n else "", report.refused, [((pk,), change) for pk, change in report.changed])
 
     return performed
 
 
-def _pause(request: HttpRequest, ids: list[int]) -> actions.Report:
+def _pause(request: HttpRequest, ids: list[int]) -> actions.ScheduleActionReport:
     reason = " ".join(request.POST.get("reason", "").split())[:REASON_LIMIT]
     return actions.pause_schedules(ids, reason=reason or _default_reason(request))
 
@@ -88,7 +88,7 @@ TRIGGER = BulkAction(
 )
 
 
-def _delete(request: HttpRequest, selected: list[Schedule]) -> Outcome:
+def _delete(request: HttpRequest, selected: list[Schedule]) -> ActionResult:
     """Delete through the store; the admin log gets a deletion entry per schedule (its row is gone after)."""
     report = actions.delete_schedules([s.pk for s in selected], by=operator(request))
     deleted = dict(report.changed)
@@ -99,7 +99,7 @@ def _delete(request: HttpRequest, selected: list[Schedule]) -> Outcome:
                                          change_message=deleted[s.pk])
     n = len(deleted)
     message = ngettext_lazy("Deleted %(count)d schedule.", "Deleted %(count)d schedules.", "count") % {"count": n}
-    return Outcome(message if n else "", report.refused, ())
+    return ActionResult(message if n else "", report.refused, ())
 
 
 DELETE = BulkAction(

@@ -158,7 +158,7 @@ def validation_errors(s: Schedule) -> dict[str, str]:
     """Field -> a sentence saying what to change; shared by ``clean()`` and the store's ``check_schedule``.
 
     Whether ``procedure`` names a registered class is not a model's to know:
-    the store (``register_schedule``, ``save_schedule``) and the admin form check it.
+    the store (``register_definition``, ``save_schedule``) and the admin form check it.
     """
     from django_procedures.policy.options import check_queue
 

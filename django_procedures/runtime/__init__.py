@@ -3,7 +3,8 @@
 One claim, in the order the modules follow it:
 
 1. :mod:`.worker` -- the main thread claims due procedures (``store.claim``) and hands each, as a
-   :class:`.running.RunningClaim`, to an executor thread (:mod:`.crew`);
+   :class:`.running.RunningClaim`, to an executor thread (:mod:`.crew`); :mod:`.held` keeps the claims held
+   (how many to claim ahead, the give-back of those that waited too long, those the heartbeat renews);
 2. :mod:`.executor` -- runs the claim's steps (and :mod:`.hooks`: ``on_child_failed``, ``rollback``) and
    describes how each attempt ended with a value of :mod:`.endings` (continued, completed, suspended, failed,
    interrupted, parked, lost, ...);

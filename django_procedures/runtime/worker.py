@@ -19,10 +19,9 @@ from django.db.backends.signals import connection_created
 from django_procedures import clock, registry
 from django_procedures.conf import conf
 from django_procedures.exceptions import ProceduresNotMigrated
-from django_procedures.policy.prefetch import GIVE_BACK_SECONDS, Prefetch, stale, to_claim
 from django_procedures.policy.worker_config import WorkerConfig
 from django_procedures.policy.workers import StopReason, stop_reason
-from django_procedures.runtime import observe, reporting, retention, tracing, write_lock
+from django_procedures.runtime import observe, reporting, retention, tracing
 from django_procedures.runtime.chores import Chore
 from django_procedures.runtime.connections import (
     APPLICATION_NAME_PREFIX,
@@ -34,6 +33,7 @@ from django_procedures.runtime.crew import Crew
 from django_procedures.runtime.endings import Interrupted
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute, record_crash
 from django_procedures.runtime.heartbeat import Duty, Heartbeat
+from django_procedures.runtime.held import STAT, HeldClaims
 from django_procedures.runtime.outage import watch
 from django_procedures.runtime.progress import ProgressRecorder, close_side_connection
 from django_procedures.runtime.running import error_text, log_extra, trace_text
@@ -47,7 +47,7 @@ from django_procedures.store.listening import listens
 from django_procedures.store.maintenance import maintain
 from django_procedures.store.schedules import sync_declared
 from django_procedures.store.schema import is_missing_table
-from django_procedures.store.ticks import next_tick_due, tick
+from django_procedures.store.ticks import next_tick_due, run_pass
 
 logger = logging.getLogger("django_procedures.worker")
 
@@ -75,13 +75,6 @@ class WorkerRuntime:
         self.id = config.worker_id or new_worker_id()
         self.types = registry.type_names()
         self.stats: Counter[str] = Counter()
-        # Held claims by fencing token: a timed-out step's thread may still be busy with an old token
-        # of a procedure this worker claimed again.
-        self.running: dict[tuple[uuid.UUID, int], RunningClaim] = {}
-        # Claims held: running, or waiting for a thread (prefetched). An abandoned step still counts until
-        # its thread returns.
-        self.busy = 0
-        self.prefetch = Prefetch(limit=config.prefetch)
         # Reentrant: stop() takes it, and embedding code may call stop() from a thread that holds it.
         self._lock = threading.RLock()
         self._work: queue.SimpleQueue[RunningClaim | None] = queue.SimpleQueue()
@@ -94,7 +87,15 @@ class WorkerRuntime:
         self._stop_reason: str | None = None  # the first reason given to stop(), or "burst"
         self._signalled: str | None = None  # the first SIGTERM/SIGINT, not yet acted on by the main loop
         self.crew = Crew(config.concurrency, self._executor_loop)
+        # The claims held, guarded by the same lock as the crew's threads.
+        self.held = HeldClaims(self._lock, self.crew, self.stats, concurrency=config.concurrency,
+                               prefetch=config.prefetch)
         self.heartbeat = self._heartbeat()
+
+    @property
+    def busy(self) -> int:
+        """Claims held: running, or waiting for a thread (an abandoned step counts until its thread returns)."""
+        return self.held.count
 
     def _heartbeat(self) -> Heartbeat:
         """A heartbeat (again, should the last one die) that also renews the worker's row and writes progress."""
@@ -175,31 +176,15 @@ class WorkerRuntime:
 
     def busy_threads(self) -> int:
         """Executor threads running a procedure now (prefetched claims not counted)."""
-        with self._lock:
-            return sum(1 for r in self.running.values() if r.taken_at is not None)
+        return self.held.busy_threads()
 
     def snapshot(self) -> list[RunningClaim]:
-        with self._lock:
-            return list(self.running.values())
+        """The claims held now."""
+        return self.held.snapshot()
 
     def _in_flight(self) -> list[RunningClaim]:
-        """The claims the heartbeat renews: waiting for a thread, or worked on by a live one (``Crew``).
-
-        Any other is dropped: its lease expires and the attempt counts as lost, never held for ever.
-        """
-        with self._lock:
-            dead = [r for r in self.running.values() if not self.crew.working_on(r)]
-            for r in dead:
-                del self.running[(r.claim.id, r.claim.lease_token)]
-                self.busy -= 1
-            held = list(self.running.values())
-            replace = dead or self.crew.any_dead()
-        for r in dead:
-            r.activity.lose("the executor thread running it died")
-            self.stats["lost"] += 1
-            logger.error("procedure %s: executor thread %s died while running it; its lease is no longer renewed "
-                         "and will expire (a lost attempt)", r.claim.id, r.owner and r.owner.name,
-                         extra=log_extra(r.claim))
+        """The claims the heartbeat renews (``HeldClaims.in_flight``); wakes the main loop when a thread died."""
+        held, replace = self.held.in_flight()
         if replace and not self._stopping.is_set():
             self.waker.wake()  # the main loop starts new threads
         return held
@@ -222,7 +207,7 @@ class WorkerRuntime:
                   Chore("retention", retention.IDLE_SECONDS, retention.prune_pass),
                   Chore("activity", retention.COUNT_SECONDS, retention.count_finished)]
         if self.config.with_scheduler:
-            chores.append(Chore("scheduler", self.config.tick_seconds, tick))
+            chores.append(Chore("scheduler", self.config.tick_seconds, run_pass))
         return chores
 
     def _main_loop(self) -> None:
@@ -234,14 +219,13 @@ class WorkerRuntime:
                 close_old_connections()
                 if not self._tables_checked:  # the database was down at start-up
                     self._tables_checked = reporting.tables_ready(self.id)
-                with self._lock:  # SQLite: while our own step holds the write lock, a chore would only wait for it
-                    lock_is_ours = write_lock.held_by_us(self.running.values())
-                for chore in () if lock_is_ours else chores:
+                # SQLite: while our own step holds the write lock, a chore would only wait for it.
+                for chore in () if self.held.hold_write_lock() else chores:
                     chore.run_if_due()
                 self._give_back_stale()
                 with self._lock:
-                    wanted = self._wanted()
-                    next_chore = min(self._next_give_back(), *(chore.next_at for chore in chores))
+                    wanted = self.held.wanted()
+                    next_chore = min(self.held.next_give_back(), *(chore.next_at for chore in chores))
                 if wanted <= 0:  # enough in hand: sleep until a procedure finishes (it wakes us)
                     self.waker.wait(max(0.0, next_chore - time.monotonic()))
                     continue
@@ -251,7 +235,7 @@ class WorkerRuntime:
                 due = next_due(type_names=self.types, queues=self.config.queues)
                 if self.config.with_scheduler:  # a tick due soon starts work too
                     due = min((at for at in (due, next_tick_due()) if at is not None), default=None)
-                if self.config.burst and not self.busy and not self._due_soon(due):
+                if self.config.burst and not self.held.count and not self._due_soon(due):
                     logger.info("worker %s: nothing due within %gs; --burst exits", self.id,
                                 self.config.burst_wait_seconds)
                     self._stop_reason = "burst"
@@ -282,42 +266,14 @@ class WorkerRuntime:
         for c in claims:
             running = RunningClaim(c, progress=ProgressRecorder(c, side_connection=connection.vendor == "postgresql"),
                                    lease_seconds=self.config.lease_seconds)
-            with self._lock:
-                self.running[(c.id, c.lease_token)] = running
-                self.busy += 1
+            self.held.add(running)
             self.stats["claimed"] += 1
             self._work.put(running)
         return len(claims)
 
-    # -- claiming ahead (policy.prefetch) ---------------------------------------------------
-
-    def _wanted(self) -> int:
-        """How many to claim now (under ``self._lock``)."""
-        now = time.monotonic()
-        running_for = max((now - r.taken_at for r in self.running.values() if r.taken_at is not None),
-                          default=0.0)
-        threads = self.config.concurrency
-        return to_claim(self.busy, threads, self.prefetch.ahead(threads, running_for))
-
-    def _next_give_back(self) -> float:
-        """When the oldest prefetched claim goes stale (under ``self._lock``); infinity if none waits."""
-        return min((r.claimed_at + GIVE_BACK_SECONDS for r in self.running.values() if r.taken_at is None),
-                   default=float("inf"))
-
     def _give_back_stale(self) -> None:
-        """Release prefetched claims that waited too long for a thread, so any worker can take them."""
-        now = time.monotonic()
-        with self._lock:
-            stale_claims = [r for r in self.running.values() if r.taken_at is None and stale(now - r.claimed_at)]
-            for r in stale_claims:
-                r.given_back = True  # the thread that dequeues it skips it
-                del self.running[(r.claim.id, r.claim.lease_token)]
-                self.busy -= 1
-        for r in stale_claims:
-            # Cancelled or taken over while it waited: settled as lost (the fence refuses the release).
-            outcome = settle(r, Interrupted(f"waited {now - r.claimed_at:.2f}s for a thread; given back",
-                                            routine=True))
-            self.stats["given_back" if outcome is Outcome.RELEASED else _STAT[outcome]] += 1
+        """Release prefetched claims that waited too long for a thread (``HeldClaims.give_back_stale``)."""
+        self.held.give_back_stale()
 
     def _due_soon(self, due: Any) -> bool:
         if due is None:
@@ -352,14 +308,11 @@ class WorkerRuntime:
                     logger.exception("procedure %s: the worker could not record its outcome; recording a failed "
                                      "attempt", running.claim.id, extra=log_extra(running.claim))
                     outcome = record_crash(running, error, trace_text())
-                self.stats[_STAT[outcome]] += 1
+                self.stats[STAT[outcome]] += 1
                 observe.outcome(running, outcome.value)
                 with self._lock:
                     self.crew.done()
-                    if self.running.pop((running.claim.id, running.claim.lease_token), None) is not None:
-                        self.busy -= 1  # (unless the watchdog in _in_flight dropped it already)
-                    self.prefetch.observe(time.monotonic() - started)
-                    wanted = self._wanted()
+                    wanted = self.held.finished(running, time.monotonic() - started)
                 if wanted:  # the main thread claims only then: waking it for less is wasted work
                     self.waker.wake()
         finally:
@@ -384,14 +337,10 @@ class WorkerRuntime:
         (``policy.interruption``; the settle point logs which)."""
         outcome = settle(running, Interrupted("still running at the shutdown timeout"))
         if outcome is not Outcome.LOST:  # lost: it finished (or moved) in the meantime
-            self.stats[_STAT[outcome]] += 1
+            self.stats[STAT[outcome]] += 1
 
     # -- reporting ------------------------------------------------------------------------
 
     def _log_stats(self, label: str) -> None:
         reporting.log_stats(self.id, label, self.stats, self.types)
 
-
-_STAT = {Outcome.COMPLETED: "succeeded", Outcome.SUSPENDED: "suspended", Outcome.RETRIED: "retried",
-         Outcome.FAILED: "failed", Outcome.ROLLED_BACK: "rolled_back", Outcome.RELEASED: "released",
-         Outcome.LOST: "lost", Outcome.CONTINUED: "continued", Outcome.ROLLING_BACK: "rolling_back"}

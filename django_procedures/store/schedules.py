@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
@@ -51,20 +52,14 @@ def check_schedule(schedule: Schedule) -> None:
         raise ValidationError(errors)
 
 
-def register_schedule(name: str, procedure: ProcedureClass | str, *, mode: str = "fixed_rate",
-                      period: timedelta | float | None = None, cron: str | None = None, max_concurrency: int = 1,
-                      missed: str = "skip", max_pending: int = 0, initial_delay: timedelta | float = timedelta(0),
-                      max_run_time: timedelta | float | None = None, state: Mapping[str, Any] | None = None,
-                      enabled: bool = True, timezone: str | None = None, queue: str = "",
-                      update: bool = False, from_code: bool = False) -> tuple[Schedule, bool]:
-    """Create the schedule ``name``, or return the stored one (changed only with ``update=True``).
-
-    A stored definition that differs from this one is logged, so a change in
-    code is never silently ignored. Durations are ``timedelta`` values or
-    numbers of seconds. An argument of the wrong type raises ``TypeError``
-    saying what to pass; bad settings raise ``ValidationError`` with messages
-    that say what to change.
-    """
+def register_definition(name: str, procedure: ProcedureClass | str, *, mode: str = "fixed_rate",
+                        period: timedelta | float | None = None, cron: str | None = None, max_concurrency: int = 1,
+                        missed: str = "skip", max_pending: int = 0, initial_delay: timedelta | float = timedelta(0),
+                        max_run_time: timedelta | float | None = None, state: Mapping[str, Any] | None = None,
+                        enabled: bool = True, timezone: str | None = None, queue: str = "", update: bool = False,
+                        from_code: bool = False) -> tuple[Schedule, bool]:
+    """``scheduling.register_schedule`` (which documents the arguments); ``from_code`` marks a schedule
+    declared in code (``sync_declared``), which the admin shows as such."""
     type_name = _type_name(procedure)
     try:
         args = normalise(name=name, mode=mode, period=period, cron=cron, max_concurrency=max_concurrency,
@@ -119,7 +114,7 @@ def _apply_definition(existing: Schedule, wanted: Schedule, changed: Sequence[st
 def save_schedule(schedule: Schedule) -> tuple[Schedule, list[str]]:
     """Create ``schedule``, or apply its definition to the stored row: the admin's add and change forms.
 
-    A new schedule gets its first tick as ``register_schedule`` gives it. For a
+    A new schedule gets its first tick as ``register_definition`` gives it. For a
     stored one only the name and the definition fields (``DEFINITION``) that
     differ are written, under the row lock, so the metrics, pending ticks and
     pause state that ticks, runs and operators wrote meanwhile are kept; a
@@ -146,11 +141,12 @@ def save_schedule(schedule: Schedule) -> tuple[Schedule, list[str]]:
 # -- schedules declared in code, synced on post_migrate and at worker start --------------------
 
 _declared: dict[str, dict[str, Any]] = {}
+#: What a declaration may pass on to ``register_definition`` (``from_code`` is set by the sync itself).
+_OPTIONS = frozenset(inspect.signature(register_definition).parameters) - {"name", "from_code"}
 
 
-def declare_schedule(name: str, procedure: ProcedureClass | str, **options: Any) -> None:
-    """Declare a schedule in code (for example in ``procedures.py``); it is written to the database on
-    ``post_migrate`` and at worker start, never at import. Takes ``register_schedule``'s options."""
+def declare(name: str, procedure: ProcedureClass | str, options: Mapping[str, Any]) -> None:
+    """Remember a schedule declared in code (``scheduling.declare_schedule``) for ``sync_declared``."""
     _declared[name] = {"procedure": procedure, **options}
 
 
@@ -158,8 +154,13 @@ def sync_declared() -> list[str]:
     """Register every declared schedule; returns the names created."""
     created = []
     for name, options in _declared.items():
+        unknown = sorted(set(options) - _OPTIONS)
+        if unknown:
+            logger.error("schedule %r declared in code is invalid: unknown option %s; register_schedule takes "
+                         "%s", name, ", ".join(map(repr, unknown)), ", ".join(sorted(_OPTIONS - {"procedure"})))
+            continue
         try:
-            _, was_created = register_schedule(name, from_code=True, **options)
+            _, was_created = register_definition(name, from_code=True, **options)
         except ValidationError as error:
             logger.error("schedule %r declared in code is invalid: %s", name, "; ".join(error.messages))
             continue

@@ -22,7 +22,7 @@ logger = logging.getLogger("django_procedures.schedules")
 
 @dataclass
 class TickReport:
-    """What one ``tick()`` did."""
+    """What one scheduling pass (``tick()``) did."""
 
     schedules: int = 0
     started: int = 0
@@ -41,22 +41,15 @@ def next_tick_due() -> datetime | None:
     return broken.next_due()
 
 
-def tick(now: datetime | None = None, *, batch_size: int = 1000) -> TickReport:
-    """Run one scheduling pass at ``now`` (the injectable clock) over every due, enabled schedule.
+def run_pass(now: datetime | None = None, *, batch_size: int = 1000) -> TickReport:
+    """One scheduling pass at ``now`` (``scheduling.tick``, which says what it does, and the worker's chore).
 
-    Due schedules are locked with ``FOR UPDATE SKIP LOCKED``, so concurrent
-    tickers (threads, processes, two beats) share the work, and each run
-    carries its schedule and tick time under a unique constraint, so a tick
-    never starts twice. Each batch is one transaction with a fixed number of
-    statements whatever its size: one SELECT of its schedules (the columns a
-    decision needs), one INSERT ... SELECT of its runs, one UPDATE of its
-    schedules (``store.tick_runs``).
-
-    A schedule this process cannot tick (its cadence raises, its procedure type
-    is not registered, its values cannot be written) gets the error recorded on
-    its row and is passed over; the others tick as usual (``store.broken``).
-    Runs past their schedule's ``max_run_time`` are cancelled first
-    (``store.overdue``; every worker's maintenance pass does it too).
+    Each batch is one transaction with a fixed number of statements whatever
+    its size: one SELECT of its schedules (the columns a decision needs), one
+    INSERT ... SELECT of its runs, one UPDATE of its schedules
+    (``store.tick_runs``). A schedule this process cannot tick gets the error
+    recorded on its row (``store.broken``); overdue runs are cancelled first
+    (``store.overdue``).
     """
     report = TickReport()
     with clock.frozen_at(now):

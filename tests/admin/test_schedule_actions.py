@@ -267,7 +267,7 @@ def test_a_post_without_the_csrf_token_is_refused(scheduler):
 def test_the_work_functions_report_what_they_did_and_refused():
     a, b = make("a"), make("b")
     schedules.pause(b)
-    assert schedule_actions.pause_schedules([a.pk, b.pk, 999_999], reason="r") == schedule_actions.Report(
+    assert schedule_actions.pause_schedules([a.pk, b.pk, 999_999], reason="r") == schedule_actions.ScheduleActionReport(
         ((a.pk, "Paused from the admin: r"),),
         ((b.pk, "schedule 'b' is already paused"), (999_999, "schedule 999999 does not exist")))
     report = schedule_actions.resume_schedules([a.pk, b.pk])

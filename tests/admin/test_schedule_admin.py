@@ -198,7 +198,7 @@ def test_editing_writes_the_definition_and_never_the_metrics(client):
 
 def test_a_schedule_defined_in_code_keeps_its_name(client):
     with clock.frozen_at(T0):
-        s, _ = register_schedule("from-code", Heartbeat, period=MIN, from_code=True)
+        s, _ = schedules.register_definition("from-code", Heartbeat, period=MIN, from_code=True)
     page = client.get(schedule_url(s.id)).content.decode()
     assert 'name="name"' not in page and "field-name" in page
 

@@ -195,7 +195,7 @@ def test_a_scheduled_run_completes_in_the_transaction_that_completes_its_schedul
     from django_procedures.models import Schedule
     from django_procedures.runtime.executor import execute
     from django_procedures.runtime.running import RunningClaim
-    from django_procedures.store.schedules import register_schedule
+    from django_procedures.scheduling import register_schedule
     from django_procedures.testing import isolated_registry
 
     with isolated_registry():

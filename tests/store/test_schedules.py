@@ -254,3 +254,19 @@ def test_database_constraints_back_the_validation():
     with pytest.raises(IntegrityError), transaction.atomic():
         Schedule._writer.create(name="x", procedure=Heartbeat.type_name, period=MIN, mode="fixed_rate",
                                 max_concurrency=5)
+
+
+def test_schedules_declared_in_code_are_synced_as_such_and_a_misspelt_option_is_named(monkeypatch, caplog):
+    """``declare_schedule`` takes ``register_schedule``'s options; the sync marks its schedules as from code
+    (an internal flag, not a keyword of the public function) and logs a declaration it cannot register."""
+    from django_procedures import declare_schedule
+
+    monkeypatch.setattr(schedules, "_declared", {})
+    declare_schedule("declared", Heartbeat, period=MIN, queue="q")
+    declare_schedule("misspelt", Heartbeat, perod=MIN)
+    assert schedules.sync_declared() == ["declared"]
+    s = Schedule.objects.get(name="declared")
+    assert (s.from_code, s.queue, s.period) == (True, "q", MIN)
+    assert not Schedule.objects.filter(name="misspelt").exists()
+    assert "schedule 'misspelt' declared in code is invalid: unknown option 'perod'; register_schedule takes" \
+        in caplog.text
