@@ -116,6 +116,7 @@ def test_behind_the_pooler_the_idle_timeout_is_set_per_transaction_not_per_sessi
         assert _idle_timeout() == "0"
     finally:
         connection.close()
+        connection.procedures_idle_timeout_ms = None  # the wrapper outlives the test: later tests run no SET
 
 
 @pytest.mark.postgres

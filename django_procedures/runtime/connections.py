@@ -35,6 +35,8 @@ def configure_connection(sender: Any = None, *, connection: Any, idle_timeout: f
         # pooler's next client of that connection (a web request, say); each step transaction sets it instead.
         connection.procedures_idle_timeout_ms = timeout_ms
         return
+    # The session has it (a wrapper configured behind the pooler before keeps no per-transaction SET).
+    connection.procedures_idle_timeout_ms = None
     with connection.cursor() as cursor:
         cursor.execute(f"SET idle_in_transaction_session_timeout = {timeout_ms}")
 
