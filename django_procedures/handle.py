@@ -6,6 +6,7 @@ import asyncio
 import math
 import time
 import uuid
+from datetime import datetime
 from typing import Any
 
 from django_procedures.exceptions import NoOutput
@@ -43,7 +44,7 @@ class ProcedureHandle:
         from django_procedures.models import ProcedureRun
 
         self._row = ProcedureRun.objects.only("id", "type_name", "status", "output", "error", "progress",
-                                              "progress_updated_at").get(id=self.id)
+                                              "progress_updated_at", "waiting_for", "wake_at").get(id=self.id)
         return self
 
     async def arefresh(self) -> ProcedureHandle:
@@ -105,6 +106,21 @@ class ProcedureHandle:
             return None
         return {"done": row.progress.get("done"), "total": row.progress.get("total"),
                 "note": row.progress.get("note", ""), "updated_at": row.progress_updated_at}
+
+    @property
+    def waiting_for(self) -> str | None:
+        """What the procedure waits for, as last read: ``"children"``, ``"timer"`` (it sleeps), ``"event"``, or
+        None when it is not ``waiting``."""
+        row = self.run
+        if row.status != RunStatus.WAITING:
+            return None
+        return row.waiting_for or "children"  # a row that waited before migration 0021 waits for its children
+
+    @property
+    def wake_at(self) -> datetime | None:
+        """When a sleep (or, later, an event's timeout) falls due, as last read; None when nothing will wake it."""
+        row = self.run
+        return row.wake_at if row.status == RunStatus.WAITING else None
 
     def wait(self, timeout: float | None = None, *, poll: float = 0.05) -> RunStatus:
         """Block until the procedure is final and return its status; ``TimeoutError`` after ``timeout`` s.

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, overload
 
-from django_procedures import class_checks
+from django_procedures import class_checks, clock
 from django_procedures.exceptions import ChildFailed
 from django_procedures.policy.options import Options
 from django_procedures.policy.retry import RetryPolicy
+from django_procedures.policy.waiting import wake_time
 
 if TYPE_CHECKING:
     from django_procedures.handle import ProcedureHandle
@@ -85,10 +86,11 @@ def step(
 class Status:
     """What a step (or ``execute``) returns; ``None`` from a step means ``executing()``."""
 
-    kind: Literal["executing", "suspended", "done"]
+    kind: Literal["executing", "suspended", "done", "sleeping"]
     persist: bool = True
     children: tuple[Procedure, ...] = ()
     output: Any = None
+    wake_at: datetime | None = None
 
     @classmethod
     def executing(cls, persist: bool = True) -> Status:
@@ -108,6 +110,12 @@ class Status:
     def done(cls, output: Any = None) -> Status:
         """Finish the procedure with ``output`` (JSON)."""
         return cls("done", output=output)
+
+    @classmethod
+    def sleep(cls, delay: timedelta | float | None = None, *, until: datetime | None = None) -> Status:
+        """Checkpoint, then wait (holding no worker) until ``delay`` has passed or ``until`` (aware) has come;
+        the next step runs then. ``ValueError`` for a negative, NaN or infinite delay, or a naive datetime."""
+        return cls("sleeping", wake_at=wake_time(delay, until, now=clock.now()))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from django_procedures import clock, registry
 from django_procedures.conf import conf
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute
 from django_procedures.store import claim as claims
+from django_procedures.store import timers
 from django_procedures.store.maintenance import maintain
 
 #: Claim passes ``drain()`` makes again when something due was not claimed (see there).
@@ -47,6 +48,7 @@ def drain(queues: Sequence[str] | None = None, now: datetime | None = None) -> D
         maintain()
         looked_again = 0
         while True:
+            timers.wake_due()  # sleepers due at ``now``, before each claim
             batch = claims.claim(worker, type_names=types, queues=queues, limit=1,
                                  lease_seconds=conf.LEASE_SECONDS)
             if not batch:

@@ -32,7 +32,7 @@ from django_procedures.admin.filters import LIST_FILTER, distinct_values
 from django_procedures.admin.page import page_context
 from django_procedures.admin.reads import ROW_FIELDS, step_total
 from django_procedures.admin.redaction import NoJsonLookups
-from django_procedures.admin.why import first_line
+from django_procedures.admin.why import first_line, sleeping_until
 from django_procedures.models import ProcedureRun
 from django_procedures.policy import ids
 from django_procedures.policy.status import FINAL, RunStatus
@@ -127,7 +127,11 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
 
     @admin.display(description=_("status"))
     def status_badge(self, run: ProcedureRun) -> str:
-        return format_html('<span class="proc-badge proc-{}">{}</span>', run.status, run.get_status_display())
+        badge = format_html('<span class="proc-badge proc-{}">{}</span>', run.status, run.get_status_display())
+        if run.status == RunStatus.WAITING and run.waiting_for == "timer" and run.wake_at is not None:
+            return format_html('{} <span class="proc-oneline">{}</span>', badge,
+                               sleeping_until(run.wake_at, timezone.now()))
+        return badge
 
     @admin.display(description=_("step"))
     def current_step(self, run: ProcedureRun) -> str:

@@ -8,7 +8,7 @@ sentences an operator can act on, so every case is testable from a table.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 FINAL = frozenset({"done", "failed", "rolled_back", "cancelled"})
 
@@ -42,6 +42,9 @@ class NodeFacts:
     in_rollback: bool = False
     attempt: int = 1
     error: str = ""
+    #: A waiting procedure's one wait ("children", "timer", "event") and when its timer falls due.
+    waiting_for: str = ""
+    wake_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ def explain(facts: NodeFacts, now: datetime, lease_now: datetime | None = None) 
     lease_now = lease_now or now
     if facts.status in ("running", "rolling_back"):
         return (_leased(facts, lease_now),)
+    if facts.status == "waiting" and facts.waiting_for == "timer" and facts.wake_at is not None:
+        return (Reason("timer", sleeping_until(facts.wake_at, now), {"wake_at": facts.wake_at}),)
     if facts.status == "waiting":
         return (_waiting(facts),)
     if facts.status in ("ready", "retrying"):
@@ -89,6 +94,13 @@ def _leased(facts: NodeFacts, lease_now: datetime) -> Reason:
     else:
         text = f"{doing}, leased by worker {worker}; lease expires in {duration(left)}"
     return Reason("leased", text, {"worker": worker})
+
+
+def sleeping_until(wake_at: datetime, now: datetime) -> str:
+    """``"sleeping until 2030-06-15 09:00:00 UTC (in 13d 23h)"``: a procedure waiting for its timer."""
+    left = (wake_at - now).total_seconds()
+    when = f"in {duration(left)}" if left >= 1 else "due: the next wake pass of any worker makes it ready"
+    return f"sleeping until {wake_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC ({when})"
 
 
 def _waiting(facts: NodeFacts) -> Reason:

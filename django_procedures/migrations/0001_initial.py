@@ -226,6 +226,8 @@ class Migration(migrations.Migration):
                 ('progress', models.JSONField(blank=True, null=True)),
                 ('progress_updated_at', models.DateTimeField(blank=True, null=True)),
                 ('trace_context', models.JSONField(blank=True, null=True)),
+                ('waiting_for', models.CharField(blank=True, db_default='', default='', max_length=10)),
+                ('wake_at', models.DateTimeField(blank=True, null=True)),
             ],
             options={
                 'verbose_name': 'procedure',
@@ -356,6 +358,10 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name='procedurerun',
             index=models.Index(fields=['type_name', 'created_at', 'id'], name='procedures_type_idx'),
+        ),
+        migrations.AddIndex(
+            model_name='procedurerun',
+            index=models.Index(condition=models.Q(('status', 'waiting'), ('wake_at__isnull', False)), fields=['wake_at'], name='procedures_wake_idx'),
         ),
         migrations.AddIndex(
             model_name='procedurerun',

@@ -78,6 +78,10 @@ class ProcedureRun(StoreWritten):
     position = models.PositiveIntegerField(default=0)  # among the children of that suspension, in given order
     failure_handled = models.BooleanField(default=False)
 
+    # A `waiting` run's one wait ("children", "timer" or "event"; "" otherwise) and when a timer falls due.
+    waiting_for = models.CharField(max_length=10, blank=True, default="", db_default="")
+    wake_at = models.DateTimeField(null=True, blank=True)
+
     # Lock keys as [[name, mode], ...], computed by lock_keys() at submit; held from the first claim on.
     lock_keys = models.JSONField(default=list, blank=True)
     keys_held = models.BooleanField(default=False)
@@ -145,6 +149,9 @@ class ProcedureRun(StoreWritten):
                          & ~Q(lock_keys=[])),
             # The next due time an idle worker waits for.
             models.Index(fields=["run_at"], condition=Q(status__in=CLAIMABLE), name="procedures_due_idx"),
+            # Timers: the wake pass and the next wake time, without the claim ever scanning sleepers.
+            models.Index(fields=["wake_at"], condition=Q(status=RunStatus.WAITING.value, wake_at__isnull=False),
+                         name="procedures_wake_idx"),
             # The recovery sweep: leases that expired.
             models.Index(fields=["lease_expires_at"], condition=Q(status__in=LEASED), name="procedures_lease_idx"),
             # Trees: a parent's children, a root's members (and the foreign keys' checks on delete).

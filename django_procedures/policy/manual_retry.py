@@ -24,6 +24,7 @@ class ParentView:
     type_name: str
     status: str
     suspension: int
+    waiting_for: str = "children"
 
 
 def child_refusal(spawned_in: int, parent: ParentView) -> str | None:
@@ -42,6 +43,10 @@ def child_refusal(spawned_in: int, parent: ParentView) -> str | None:
     if parent.suspension != spawned_in:
         return (f"{name} has moved on past the children this one belongs to (it is {status}), so nothing would "
                 "wait for its result; submit a new procedure instead")
+    if parent.status == RunStatus.WAITING and parent.waiting_for != "children":
+        waits = {"timer": "a timer (it sleeps)", "event": "an event"}.get(parent.waiting_for, parent.waiting_for)
+        return (f"{name} has moved on past the children this one belongs to (it waits for {waits}), so nothing "
+                "would wait for its result; submit a new procedure instead")
     if parent.status != RunStatus.WAITING:
         return (f"{name} is {status}, and a child is retried only while its parent waits for its children; "
                 "try again once the parent is waiting (if it moves on or fails instead, retry or resubmit the "

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django_procedures.models import ProcedureRun
@@ -44,6 +45,19 @@ class Suspended:
     state: dict[str, Any]
     next_step: str
     rows: tuple[ProcedureRun, ...]
+    safe: bool = True
+    #: The state as JSON, measured against ``MAX_STATE_BYTES``: the write reuses it instead of encoding again.
+    state_text: str = ""
+
+
+@dataclass(frozen=True)
+class Slept:
+    """A step returned ``Status.sleep``: checkpoint, then the procedure waits for a timer until ``wake_at``."""
+
+    records: tuple[StepRecord, ...]
+    state: dict[str, Any]
+    next_step: str
+    wake_at: datetime
     safe: bool = True
     #: The state as JSON, measured against ``MAX_STATE_BYTES``: the write reuses it instead of encoding again.
     state_text: str = ""
@@ -113,8 +127,8 @@ class Lost:
     why: str
 
 
-Ended = Continued | Completed | Suspended | Failed | RolledBack | RollbackFailed | Interrupted | Parked | Lost
+Ended = Continued | Completed | Suspended | Slept | Failed | RolledBack | RollbackFailed | Interrupted | Parked | Lost
 
 
 __all__ = ["Completed", "Continued", "Ended", "Failed", "Interrupted", "Lost", "Parked", "RollbackFailed",
-           "RolledBack", "Suspended"]
+           "RolledBack", "Slept", "Suspended"]

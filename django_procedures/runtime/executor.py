@@ -24,6 +24,7 @@ from django_procedures.runtime.endings import (
     Interrupted,
     Lost,
     RollbackFailed,
+    Slept,
     Suspended,
 )
 from django_procedures.runtime.running import Outcome, RunningClaim, error_text, log_extra, logger, trace_text
@@ -194,7 +195,7 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
 
 
 def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, running: RunningClaim) -> Ended:
-    """Run the group's steps; how they ended (a checkpoint, a completion, a suspension) for :func:`settle`."""
+    """Run the group's steps; how they ended (a checkpoint, a completion, a suspension, a sleep) for :func:`settle`."""
     claim, activity = running.claim, running.activity
     index, attempt = claim.step, claim.attempt
     running.group_step = claim.step
@@ -240,6 +241,9 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             rows = _child_rows(claim, status, record)
             return Suspended(tuple(records), procedure.state, following.name if following else "", rows, safe,
                              _measured(procedure, spec, record))
+        if status.kind == "sleeping" and status.wake_at is not None:  # from the last step: wakes, then completes
+            return Slept(tuple(records), procedure.state, following.name if following else "", status.wake_at, safe,
+                         _measured(procedure, spec, record))
         if following is None:
             return Completed(tuple(records), procedure.state, status.output, safe, _measured(procedure, spec, record))
         if status.kind == "executing" and not status.persist and spec.idempotent and following.idempotent:
@@ -286,11 +290,12 @@ def _child_rows(claim: Any, status: Status, record: StepRecord) -> tuple[Procedu
 def _normalise(result: Any, cls: type[Procedure]) -> Status:
     if result is None:
         return Status.done() if cls.uses_execute() else Status.executing()
-    if not isinstance(result, Status) or result.kind not in ("executing", "suspended", "done"):
+    if not isinstance(result, Status) or result.kind not in ("executing", "suspended", "done", "sleeping"):
         raise TypeError(f"a step must return None or a Status (Status.executing(), Status.done(...)); "
                         f"got {type(result).__name__}")
     # A plain copy, read here inside the step's try: what the executor reads later can no longer raise.
-    return Status(result.kind, persist=bool(result.persist), children=tuple(result.children), output=result.output)
+    return Status(result.kind, persist=bool(result.persist), children=tuple(result.children), output=result.output,
+                  wake_at=result.wake_at)
 
 
 def _record_failure(procedure: Procedure, cls: type[Procedure], running: RunningClaim,

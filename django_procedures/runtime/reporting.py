@@ -26,9 +26,10 @@ def log_stats(worker_id: str, label: str, s: Counter[str], types: Sequence[str])
             unknown = " unknown-types=" + ",".join(f"{k}:{v}" for k, v in waiting.items())
     except Exception:  # stats must never stop the worker
         pass
-    logger.info("worker %s %s: claimed=%d succeeded=%d suspended=%d retried=%d failed=%d rolled_back=%d "
-                "released=%d given_back=%d lost=%d%s", worker_id, label, s["claimed"], s["succeeded"], s["suspended"],
-                s["retried"], s["failed"], s["rolled_back"], s["released"], s["given_back"], s["lost"], unknown)
+    logger.info("worker %s %s: claimed=%d succeeded=%d suspended=%d slept=%d retried=%d failed=%d "
+                "rolled_back=%d released=%d given_back=%d lost=%d%s", worker_id, label, s["claimed"], s["succeeded"],
+                s["suspended"], s["slept"], s["retried"], s["failed"], s["rolled_back"], s["released"],
+                s["given_back"], s["lost"], unknown)
 
 
 def report_unknown_types(worker_id: str, types: Sequence[str]) -> None:

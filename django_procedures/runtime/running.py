@@ -29,6 +29,7 @@ class Outcome(StrEnum):
     ROLLING_BACK = "rolling_back"
     COMPLETED = "completed"
     SUSPENDED = "suspended"
+    SLEPT = "slept"
     RETRIED = "retried"
     FAILED = "failed"
     ROLLED_BACK = "rolled_back"

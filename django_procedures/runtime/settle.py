@@ -8,7 +8,7 @@ claim's :class:`~.running.Outcome` is. A write the fence refuses (the lease
 moved) is settled here too: the result is dropped, logged once at INFO, and
 inside an atomic step its transaction is rolled back with it.
 
-Each new way for a claim to end (a sleep, a wait for an event, a freed
+Each new way for a claim to end (a wait for an event, a freed
 limit slot) is one more value and one more case of :func:`settle`.
 """
 
@@ -34,6 +34,7 @@ from django_procedures.runtime.endings import (
     Parked,
     RollbackFailed,
     RolledBack,
+    Slept,
     Suspended,
 )
 from django_procedures.runtime.running import Outcome, RunningClaim, log_extra, logger
@@ -78,7 +79,7 @@ def fenced_out(running: RunningClaim, why: str = "") -> Outcome:
 
 
 def _write(running: RunningClaim, ended: Ended) -> Outcome:
-    if isinstance(ended, Continued | Completed | Suspended) and ended.state_text:
+    if isinstance(ended, Continued | Completed | Suspended | Slept) and ended.state_text:
         with written_as(ended.state, ended.state_text):  # encoded once, to measure it
             return _write_steps(running, ended)
     return _write_steps(running, ended)
@@ -105,6 +106,12 @@ def _write_steps(running: RunningClaim, ended: Ended) -> Outcome:
             running.effect_uncommitted = False
             observe.steps_committed(claim, records)
             return Outcome.SUSPENDED
+        case Slept(records, state, next_step, wake_at, safe, _):
+            reconnect.record(running, safe, partial(transitions.sleep, claim, records, state, next_step, wake_at,
+                                                    progress.take()))
+            running.effect_uncommitted = False
+            observe.steps_committed(claim, records)
+            return Outcome.SLEPT
         case Failed():
             return _failed(running, ended)
         case RolledBack(record):

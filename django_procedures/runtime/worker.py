@@ -48,6 +48,7 @@ from django_procedures.store.maintenance import maintain
 from django_procedures.store.schedules import sync_declared
 from django_procedures.store.schema import is_missing_table
 from django_procedures.store.ticks import next_tick_due, run_pass
+from django_procedures.store.timers import wake_due
 
 logger = logging.getLogger("django_procedures.worker")
 
@@ -86,6 +87,7 @@ class WorkerRuntime:
                              lease_seconds=config.lease_seconds, with_scheduler=config.with_scheduler)
         self._stop_reason: str | None = None  # the first reason given to stop(), or "burst"
         self._signalled: str | None = None  # the first SIGTERM/SIGINT, not yet acted on by the main loop
+        self._due_at: Any = None  # the next due time read when idle: a sleeper's wake time, maybe
         self.crew = Crew(config.concurrency, self._executor_loop)
         # The claims held, guarded by the same lock as the crew's threads.
         self.held = HeldClaims(self._lock, self.crew, self.stats, concurrency=config.concurrency,
@@ -223,6 +225,7 @@ class WorkerRuntime:
                 for chore in () if self.held.hold_write_lock() else chores:
                     chore.run_if_due()
                 self._give_back_stale()
+                self._wake_timers()
                 with self._lock:
                     wanted = self.held.wanted()
                     next_chore = min(self.held.next_give_back(), *(chore.next_at for chore in chores))
@@ -232,7 +235,7 @@ class WorkerRuntime:
                 backoff = 0.0
                 if self._claim(wanted) >= wanted:  # fewer: no claim again at once (it would find nothing and
                     continue  # compete with the step just handed over); a NOTIFY or next_due wakes the loop
-                due = next_due(type_names=self.types, queues=self.config.queues)
+                due = self._due_at = next_due(type_names=self.types, queues=self.config.queues)
                 if self.config.with_scheduler:  # a tick due soon starts work too
                     due = min((at for at in (due, next_tick_due()) if at is not None), default=None)
                 if self.config.burst and not self.held.count and not self._due_soon(due):
@@ -257,6 +260,12 @@ class WorkerRuntime:
                 self.waker.close_connection()
                 backoff = min(max(backoff * 2, 0.2), 10.0)
                 self.waker.sleep(backoff)  # a signal (or stop()) cuts it short
+
+    def _wake_timers(self) -> None:
+        """Once the due time read when idle has come (``next_due`` includes wake times), wake sleepers, then claim."""
+        if self._due_at is not None and self._due_at <= clock.now():
+            self._due_at = None
+            wake_due()
 
     def _claim(self, wanted: int) -> int:
         claims = claim(self.id, type_names=self.types, queues=self.config.queues, limit=wanted,

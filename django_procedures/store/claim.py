@@ -228,22 +228,29 @@ def _run_pg(picked: str, worker: str, lease_seconds: float, now: datetime, **par
 
 
 def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
-    """The earliest ``run_at`` of a ready or retrying procedure this worker could claim."""
+    """The earliest ``run_at`` of a ready or retrying procedure this worker could claim, or the earliest
+    ``wake_at`` of a sleeper (any queue or type: any worker's wake pass makes it ready), whichever comes first."""
     if not type_names:
         return None
     if is_postgresql():  # after every claim that got fewer than it asked for: the ORM cost more than the query
         return _pg_next_due(type_names, queues)
+    from django_procedures.store.timers import next_wake
+
     rows = ProcedureRun._writer.pending().filter(type_name__in=type_names, waiting_for_keys=False)
     if queues:
         rows = rows.filter(queue__in=queues)
-    return rows.aggregate(at=Min("run_at"))["at"]
+    return min(filter(None, (rows.aggregate(at=Min("run_at"))["at"], next_wake())), default=None)
 
 
 # What next_due's ORM query asks, as a statement prepared once per connection; see _TYPE_IN: its cost follows
 # the backlog, not the history.
 _PG_NEXT_DUE = f"""
-    SELECT min(run_at) FROM {{run}}
-    WHERE status IN ({sql_list(CLAIMABLE)}) AND NOT waiting_for_keys AND {_TYPE_IN} {{queue_filter}}
+    SELECT LEAST((
+        SELECT min(run_at) FROM {{run}}
+        WHERE status IN ({sql_list(CLAIMABLE)}) AND NOT waiting_for_keys AND {_TYPE_IN} {{queue_filter}}
+    ), (  -- procedures_wake_idx; LEAST ignores a NULL
+        SELECT min(wake_at) FROM {{run}} WHERE status = '{RunStatus.WAITING}' AND wake_at IS NOT NULL
+    ))
 """
 
 

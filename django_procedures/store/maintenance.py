@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django_procedures.store import locks, operations, overdue, tree
+from django_procedures.store import locks, operations, overdue, timers, tree
 from django_procedures.store.db import is_disconnect
 from django_procedures.store.leases import SweepReport, sweep_expired
 
@@ -25,10 +25,12 @@ class MaintenanceReport:
     woken: int = 0
     deadlocks: int = 0
     timed_out: int = 0
+    timers: int = 0
 
 
 def maintain() -> MaintenanceReport:
-    """Recover expired leases, wake key waiters whose keys are free and parents whose children are all
+    """Recover expired leases, wake sleepers whose time has come (a safety net: workers wake them on time), wake
+    key waiters whose keys are free and parents whose children are all
     final (a worker lost between a last child's commit and its parent's wake-up), break lock key deadlocks, and cancel
     runs past their schedule's ``max_run_time`` (ticker or not).
 
@@ -49,12 +51,13 @@ def maintain() -> MaintenanceReport:
 
     swept = part(sweep_expired, SweepReport())
     woken = part(locks.wake_stranded, 0) + part(tree.wake_stranded_parents, 0)
+    timers_woken = part(timers.wake_due, 0)
     broken = part(_break_deadlocks, 0)
     none_cancelled: list[Any] = []
     timed_out = len(part(overdue.cancel_overdue, none_cancelled))
     if errors:
         raise errors[0]
-    return MaintenanceReport(swept.resumed, swept.parked, woken, broken, timed_out)
+    return MaintenanceReport(swept.resumed, swept.parked, woken, broken, timed_out, timers_woken)
 
 
 def _break_deadlocks() -> int:

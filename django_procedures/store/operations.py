@@ -16,6 +16,7 @@ from django_procedures.exceptions import InvalidOperation
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.policy import manual_retry, tree_retry
 from django_procedures.policy.status import CLAIMABLE, FINAL, UNFINISHED, RunStatus
+from django_procedures.policy.waiting import WaitingFor
 from django_procedures.store import final, schedules, tree
 from django_procedures.store.final import Ending
 from django_procedures.store.notify import notify
@@ -102,7 +103,8 @@ def _revive(plan: tree_retry.TreeRetry, *, now: Any, by: str) -> None:
         member = revival.member
         # Fenced on the status planned: a descendant that moved meanwhile (pruned, retried) undoes the whole retry.
         changed = ProcedureRun._writer.filter(id=member.id, status=member.status).update(
-            status=revival.status, run_at=now, pending_children=revival.waits_for, failures=0, lost=0,
+            status=revival.status, run_at=now, pending_children=revival.waits_for, failures=0, lost=0, wake_at=None,
+            waiting_for=WaitingFor.CHILDREN if revival.status == RunStatus.WAITING else "",
             in_unsafe_step=False, error="", traceback="", failed_step="", failure_can_retry=False, finished_at=None,
             retried_at=now, retried_by=by, manual_retries=F("manual_retries") + 1, in_rollback=False,
             rollback_error="", failure_handled=False,
@@ -115,7 +117,8 @@ def _revive(plan: tree_retry.TreeRetry, *, now: Any, by: str) -> None:
 def parents_of(runs: Sequence[ProcedureRun]) -> dict[Any, manual_retry.ParentView]:
     """The parents of ``runs`` that started them in a suspension, by id (one query)."""
     ids = {r.parent_id for r in runs if r.parent_id is not None and r.spawned_in}
-    rows = ProcedureRun._writer.filter(id__in=ids).values_list("id", "type_name", "status", "suspension")
+    rows = ProcedureRun._writer.filter(id__in=ids).values_list("id", "type_name", "status", "suspension",
+                                                                         "waiting_for")
     return {row[0]: manual_retry.ParentView(*row) for row in rows}
 
 

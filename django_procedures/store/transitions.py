@@ -25,6 +25,7 @@ from django_procedures.policy.retry import FailDecision, RetryDecision
 from django_procedures.policy.status import LeaseOutcome, RunStatus, StepStatus
 from django_procedures.policy.text import clean_text
 from django_procedures.policy.tree_retry import collateral_reason
+from django_procedures.policy.waiting import WaitingFor
 from django_procedures.store import progress_sql, tree
 from django_procedures.store.claim import Claim
 from django_procedures.store.db import db_now, is_postgresql, sole_statement
@@ -141,12 +142,32 @@ def suspend(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], 
     """
     suspension = claim.suspension + 1
     with joined():
-        fenced_update(claim, status=RunStatus.WAITING, state=state, step=records[-1].index + 1, step_name=next_step,
-                      attempt=1, failures=0, lost=0, pending_children=len(rows), suspension=suspension,
+        fenced_update(claim, status=RunStatus.WAITING, waiting_for=WaitingFor.CHILDREN, state=state,
+                      step=records[-1].index + 1, step_name=next_step, attempt=1, failures=0, lost=0,
+                      pending_children=len(rows), suspension=suspension,
                       **LEASE_CLEARED, **_progress_fields(progress, clock.now()))
         Step._writer.bulk_create(_done_rows(claim, records, state))
         insert(list(rows))
         close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+    _committed(claim, records)
+
+
+def sleep(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str, wake_at: datetime,
+          progress: dict[str, Any] | None = None) -> None:
+    """Checkpoint and wait for a timer until ``wake_at`` (``Status.sleep``), in one transaction; the lease ends,
+    the lock keys stay held. ``progress`` (a held-back report) rides along.
+
+    ``store.timers.wake_due`` makes it ``ready`` at ``wake_at``; it resumes at
+    ``next_step`` ("" when it slept in its last step: it then finishes ``done``).
+    Not an attempt: the attempt and the failure and lost budgets start afresh.
+    """
+    with joined():
+        fenced_update(claim, status=RunStatus.WAITING, waiting_for=WaitingFor.TIMER, wake_at=wake_at, run_at=wake_at,
+                      state=state, step=records[-1].index + 1, step_name=next_step, attempt=1, failures=0, lost=0,
+                      **LEASE_CLEARED, **_progress_fields(progress, clock.now()))
+        Step._writer.bulk_create(_done_rows(claim, records, state))
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+        notify([claim.queue])  # idle workers read the next due time again: it may now be this wake time
     _committed(claim, records)
 
 
@@ -180,7 +201,8 @@ def take_stock(claim: Claim) -> tree.Stock:
             fenced_update(claim, pending_children=0)
         elif stock.verdict == "waiting":
             left = tree.unfinished_count(claim.id, claim.suspension)
-            fenced_update(claim, status=RunStatus.WAITING, pending_children=left, **LEASE_CLEARED)
+            fenced_update(claim, status=RunStatus.WAITING, waiting_for=WaitingFor.CHILDREN, pending_children=left,
+                          **LEASE_CLEARED)
             close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
     return stock
 

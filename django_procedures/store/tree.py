@@ -16,6 +16,7 @@ from django.db.models import Exists, F, OuterRef, Q
 from django_procedures import clock, signals
 from django_procedures.models import Lease, ProcedureRun
 from django_procedures.policy.status import FINAL, LEASED, LeaseOutcome, RunStatus
+from django_procedures.policy.waiting import WaitingFor
 from django_procedures.store import locks
 from django_procedures.store.db import bound_cursor, db_now, is_disconnect, is_postgresql, sql_list
 from django_procedures.store.events import send_after_commit
@@ -68,12 +69,12 @@ def child_finished(child_id: uuid.UUID, parent_id: uuid.UUID | None, spawned_in:
 def _failed_child(parent_id: uuid.UUID, suspension: int) -> None:
     """A child failed (parent row locked): the parent is ready now, with its unfinished children counted."""
     parent = (ProcedureRun._writer.filter(id=parent_id, suspension=suspension).exclude(status__in=FINAL)
-              .values("status", "queue").first())
+              .values("status", "waiting_for", "queue").first())
     if parent is None:
         return
     fields: dict[str, Any] = {"pending_children": unfinished_count(parent_id, suspension)}
-    if parent["status"] == RunStatus.WAITING:
-        fields.update(status=RunStatus.READY, run_at=clock.now())
+    if parent["status"] == RunStatus.WAITING and parent["waiting_for"] == WaitingFor.CHILDREN:
+        fields.update(status=RunStatus.READY, waiting_for="", run_at=clock.now())
         notify([parent["queue"]])
     ProcedureRun._writer.filter(id=parent_id).update(**fields)
 
@@ -136,7 +137,8 @@ def unfinished_child(parent_id: uuid.UUID, suspension: int) -> bool:
 
 
 def _make_ready(parent_id: uuid.UUID, queue: str) -> None:
-    ProcedureRun._writer.filter(id=parent_id).update(status=RunStatus.READY, run_at=clock.now(), pending_children=0)
+    ProcedureRun._writer.filter(id=parent_id).update(status=RunStatus.READY, waiting_for="", run_at=clock.now(),
+                                                     pending_children=0)
     notify([queue])
 
 
@@ -151,10 +153,10 @@ def _last_one_wakes(parent_id: uuid.UUID, suspension: int) -> None:
     parent, or leaves it waiting only after waiting for this transaction.
     """
     parent = (ProcedureRun._writer.select_for_update(skip_locked=True, no_key=True)
-              .filter(id=parent_id, suspension=suspension).values("status", "queue").first())
+              .filter(id=parent_id, suspension=suspension).values("status", "waiting_for", "queue").first())
     if parent is None:  # its row is busy (or it moved on: then the wake-up below finds nothing to do)
         transaction.on_commit(functools.partial(_wake_after_commit, parent_id, suspension))
-    elif parent["status"] == RunStatus.WAITING:
+    elif parent["status"] == RunStatus.WAITING and parent["waiting_for"] == WaitingFor.CHILDREN:
         _make_ready(parent_id, parent["queue"])
 
 
@@ -176,7 +178,8 @@ def wake_parent(parent_id: uuid.UUID, suspension: int) -> bool:
     """
     with transaction.atomic():
         parent = (ProcedureRun._writer.select_for_update(no_key=True)
-                  .filter(id=parent_id, suspension=suspension, status=RunStatus.WAITING).values("queue").first())
+                  .filter(id=parent_id, suspension=suspension, status=RunStatus.WAITING,
+                          waiting_for=WaitingFor.CHILDREN).values("queue").first())
         if parent is None or unfinished_child(parent_id, suspension):
             return False
         _make_ready(parent_id, parent["queue"])
@@ -189,7 +192,7 @@ def wake_stranded_parents() -> int:
     Only a worker lost between a last child's commit and the parent's wake-up
     after it (:func:`_last_one_wakes`) leaves one behind.
     """
-    waiting = ProcedureRun._writer.filter(status=RunStatus.WAITING)
+    waiting = ProcedureRun._writer.filter(status=RunStatus.WAITING, waiting_for=WaitingFor.CHILDREN)  # not a sleeper
     unfinished = ProcedureRun._writer.filter(parent_id=OuterRef("id"), spawned_in=OuterRef("suspension")).exclude(
         status__in=FINAL)
     stranded = list(waiting.exclude(Exists(unfinished)).values_list("id", "suspension"))
@@ -273,7 +276,8 @@ def cancel_subtree(procedure_id: uuid.UUID, reason: str, *, include_self: bool =
     open_leases.update(released_at=db_now(), outcome=LeaseOutcome.LOST)
     ProcedureRun._writer.filter(id__in=ids).update(
         status=RunStatus.CANCELLED, lease_token=F("lease_token") + 1, lease_owner="", lease_expires_at=None,
-        in_unsafe_step=False, waiting_for_keys=False, pending_children=0, finished_at=clock.now(), error=reason)
+        in_unsafe_step=False, waiting_for_keys=False, pending_children=0, finished_at=clock.now(), error=reason,
+        waiting_for="", wake_at=None)
     if not include_self:  # its descendants are all final now: it waits for none of them any more
         ProcedureRun._writer.filter(id=procedure_id).update(pending_children=0)
     locks.release(ids)

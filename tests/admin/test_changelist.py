@@ -2,6 +2,7 @@
 
 import re
 import uuid
+from datetime import UTC, timedelta
 
 import pytest
 from django.db import connection
@@ -10,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django_procedures.admin import changelist
 from django_procedures.models import ProcedureRun
 from django_procedures.testing import drain
-from testproject.testapp.procedures import Flaky, Parent, Refuses, ThreeSteps
+from testproject.testapp.procedures import Flaky, Parent, Refuses, Sleeper, ThreeSteps
 from tests.admin.helpers import changelist_url
 
 pytestmark = pytest.mark.django_db
@@ -36,6 +37,18 @@ def test_the_list_shows_status_type_queue_step_attempts_age_and_error(operator_c
     assert "NonRetryable: the tenant does not exist" in html
     assert str(failed.id)[-8:] in html
     assert "2 procedures" in html  # a small table is counted exactly
+
+
+def test_a_sleeping_procedure_says_until_when_in_the_list_and_on_its_page(operator_client):
+    handle = Sleeper.submit({"seconds": timedelta(days=14).total_seconds()})
+    drain()
+    wake_at = handle.refresh().wake_at
+    expected = f"sleeping until {wake_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC (in 1"  # 13d 23h or 14d
+    html = operator_client.get(changelist_url()).content.decode()
+    assert '<span class="proc-badge proc-waiting">waiting</span> <span class="proc-oneline">sleeping until' in html
+    assert expected in html
+    page = operator_client.get(f"{changelist_url()}{handle.id}/change/").content.decode()
+    assert expected in page
 
 
 def test_current_step_of_an_unknown_type_has_no_total(operator_client):

@@ -5,8 +5,8 @@ import pytest
 from django_procedures.policy.manual_retry import ParentView, child_refusal, slot_refusal
 
 
-def parent(status: str, suspension: int = 1) -> ParentView:
-    return ParentView("P", "app.Parent", status, suspension)
+def parent(status: str, suspension: int = 1, waiting_for: str = "children") -> ParentView:
+    return ParentView("P", "app.Parent", status, suspension, waiting_for)
 
 
 @pytest.mark.parametrize(("view", "spawned_in", "expected"), [
@@ -17,6 +17,9 @@ def parent(status: str, suspension: int = 1) -> ParentView:
     (parent("done"), 1, "is already done"),
     (parent("cancelled"), 1, "is already cancelled"),
     (parent("waiting", suspension=2), 1, "has moved on past the children this one belongs to (it is waiting)"),
+    # Its children all final, it went on and sleeps: nothing waits for this child any more.
+    (parent("waiting", waiting_for="timer"), 1, "has moved on past the children this one belongs to (it waits for "
+                                                "a timer (it sleeps)), so nothing would wait for its result"),
     (parent("running", suspension=2), 1, "has moved on"),
     (parent("ready"), 1, "its parent app.Parent P is ready, and a child is retried only while its parent waits"),
     (parent("running"), 1, "is running, and a child is retried only while"),

@@ -39,9 +39,10 @@ def test_a_waiting_parent_is_not_claimed_until_the_last_child_finishes():
     assert execute(RunningClaim(parent)) == "suspended"
     run = ProcedureRun.objects.get(id=handle.id)
     assert (run.status, run.pending_children) == ("waiting", 2)
+    assert (handle.refresh().waiting_for, handle.wake_at) == ("children", None)
     assert claim("w", type_names=[Parent.type_name], limit=1, lease_seconds=30) == []
     drain()
-    assert handle.refresh().status == "done"
+    assert (handle.refresh().status, handle.waiting_for) == ("done", None)
 
 
 def test_trees_of_any_depth_set_root_on_every_descendant():
