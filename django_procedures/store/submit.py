@@ -115,7 +115,7 @@ def build_row(cls: type[Procedure], state: Mapping[str, Any] | None, *, key: str
     if problem:
         raise StateTooLarge(problem)
     values = dict(
-        id=new_id(), type_name=cls.type_name, state=plain, step_name=cls.steps[0].name,
+        id=new_id(), type_name=cls.type_name, version=cls.version, state=plain, step_name=cls.steps[0].name,
         queue=queue if queue is not None else cls.queue or conf.DEFAULT_QUEUE,
         priority=cls.priority if priority is None else priority,
         key=key, run_at=resolve_run_at(run_after, now), created_at=now, lock_keys=lock_keys_of(cls, plain),
