@@ -60,8 +60,8 @@ class Position:
     step_name: str
 
 
-def changed_without_version(step_names: Sequence[str], version: int, positions: Iterable[Position]
-                            ) -> list[Position]:
+def changed_without_version(step_names: Sequence[str], version: int, positions: Iterable[Position],
+                            renamed: Mapping[str, str] | None = None) -> list[Position]:
     """Positions of runs written by this very ``version`` that the class's step list no longer matches.
 
     With ``@step`` methods a run's committed step count is the position of its next step (``""`` after the
@@ -69,5 +69,5 @@ def changed_without_version(step_names: Sequence[str], version: int, positions: 
     ones are upgraded (``renamed_steps``, ``upgrade_state``), newer ones belong to newer workers.
     """
     expected = [*step_names, ""]
-    return [p for p in positions if p.version == version
-            and (p.step >= len(expected) or expected[p.step] != p.step_name)]
+    return [p for p in positions if p.version == version and (
+        p.step >= len(expected) or expected[p.step] != (renamed or {}).get(p.step_name, p.step_name))]

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, Count, F, Min, Q, Value, When
+from django.db.models import Case, Count, F, Max, Min, Q, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -273,3 +273,12 @@ def unknown_types(type_names: Sequence[str]) -> dict[str, int]:
     rows = (ProcedureRun._writer.pending().exclude(type_name__in=type_names)
             .values_list("type_name").annotate(n=Count("id")).order_by("type_name"))
     return dict(rows)
+
+
+def newer_versions(type_names: Sequence[str], versions: Sequence[int] | None = None) -> dict[str, tuple[int, int]]:
+    """Ready or retrying procedures of ``type_names`` written by a newer version than this worker's class (see
+    :func:`claim`): by type name, how many and the newest version."""
+    kinds = Kinds.of(type_names, versions)
+    rows = (ProcedureRun._writer.pending().filter(type_name__in=kinds.type_names).exclude(kinds.q())
+            .values_list("type_name").annotate(n=Count("id"), newest=Max("version")).order_by("type_name"))
+    return {name: (n, newest) for name, n, newest in rows}
