@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='procedurerun',
             name='version',
-            field=models.PositiveIntegerField(default=1),
+            field=models.PositiveIntegerField(default=1, db_default=1),
         ),
     ]

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_procedures import LockKey, Procedure, RetryPolicy, Status, step
+from django_procedures import LockKey, Procedure, RetryPolicy, Status, clock, register_schedule, step, tick
 from django_procedures.exceptions import ProceduresConfigError
 from django_procedures.models import ProcedureRun, Step
 from django_procedures.store.claim import claim, newer_versions, next_due
@@ -61,6 +61,21 @@ def test_submit_stores_the_class_version_and_children_their_own():
     drain(now=T0)
     assert run_of(handle).status == "done"
     assert ProcedureRun.objects.get(parent_id=handle.id).version == 4
+
+
+def test_runs_started_by_a_schedule_store_the_class_version():
+    class Nightly(Procedure):
+        type_name = "versions.Nightly"
+        version = 5
+
+        @step
+        def only(self, ctx):
+            pass
+
+    with clock.frozen_at(T0):
+        register_schedule("nightly-versions", Nightly, period=timedelta(minutes=1))
+    assert tick(T0).started == 1
+    assert ProcedureRun.objects.get(type_name=Nightly.type_name).version == 5
 
 
 # -- the claim's rule ----------------------------------------------------------------------------------------
