@@ -333,3 +333,42 @@ def test_upgrade_state_that_raises_or_returns_no_object_fails_that_run_only(bad,
     assert fragment in run.error
     assert fine.refresh().status == "done" and fine.output == {"bad": "", "currency": "EUR"}
     assert run_of(fine).version == 2
+
+
+def test_a_suspension_records_the_upgraded_state_and_version():
+    class Leaf(Procedure):
+        type_name = "versions.Leaf"
+
+        @step
+        def only(self, ctx):
+            pass
+
+    with isolated_registry():
+        class V1(Procedure):
+            type_name = "versions.Fan"
+
+            @step
+            def spawn(self, ctx):
+                pass
+
+        old = V1.submit({"n": 1}, run_after=T0)
+
+    class V2(Procedure):
+        type_name = "versions.Fan"
+        version = 2
+
+        def upgrade_state(self, state, from_version):
+            return {"count": state["n"]}
+
+        @step
+        def spawn(self, ctx):
+            return Status.suspended([Leaf()])
+
+        @step
+        def gather(self, ctx):
+            return Status.done(output=self.state)
+
+    # The parent's resumed claim reads version 2, so it does not upgrade {"count": 1} again (which would fail).
+    drain(now=T0)
+    assert old.refresh().output == {"count": 1}
+    assert run_of(old).version == 2
