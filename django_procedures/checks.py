@@ -112,6 +112,43 @@ def check_schedules_ticked(app_configs: Any = None, databases: Any = None, **kwa
         id="django_procedures.W004")]
 
 
+@register(Tags.database)
+def check_step_lists(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[Any]:
+    """W005: unfinished runs stand at steps their class's step list, at the same ``version``, no longer has there.
+
+    A database check, like W004; a database that cannot be reached or is not migrated gives no warning.
+    """
+    if not databases or "default" not in databases:
+        return []
+    from django_procedures import registry
+    from django_procedures.policy.versions import changed_without_version
+    from django_procedures.procedure import registered
+    from django_procedures.store.versions import positions
+
+    classes = {name: registered(name) for name in registry.type_names()}
+    stepped = [name for name, cls in classes.items() if not cls.uses_execute()]
+    try:
+        with transaction.atomic():  # a savepoint: a missing table leaves a caller's transaction usable
+            found = positions(stepped) if stepped else []
+    except DatabaseError:
+        return []
+    warnings = []
+    for name in stepped:
+        cls = classes[name]
+        steps = [s.name for s in cls.steps]
+        changed = changed_without_version(steps, cls.version, [p for p in found if p.type_name == name],
+                                          cls.renamed_steps)
+        if changed:
+            stored = ", ".join(f"{p.step_name or '(finished)'!r} at position {p.step}" for p in changed[:3])
+            warnings.append(Warning(
+                f"{name} has unfinished runs of version {cls.version} standing at steps its step list no longer "
+                f"has there ({stored}): its steps were added, removed or reordered without raising its version",
+                hint=f"Set version = {cls.version + 1} on the class, map old step names in renamed_steps, and "
+                     "reshape older states in upgrade_state; see docs/changing-procedures.md.",
+                obj=cls, id="django_procedures.W005"))
+    return warnings
+
+
 def _check_tracing(tracing: Any) -> list[Any]:
     if tracing is not None and not isinstance(tracing, bool):
         return [Error(f"PROCEDURES['TRACING'] must be None, True or False; got {tracing!r}",

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from django_procedures.exceptions import ProceduresConfigError
 from django_procedures.policy import options
 from django_procedures.policy.retry import RetryPolicy
+from django_procedures.policy.versions import check_renamed_steps, check_version
 
 if TYPE_CHECKING:
     from django_procedures.procedure import Procedure
@@ -27,6 +28,11 @@ def check_class_attributes(cls: type[Procedure]) -> None:
             isinstance(name, str) for name in redact):
         raise TypeError(f"{where}.redact must be a tuple of state keys (strings), like ('password',); "
                         f"got {redact!r}")
+    try:
+        check_version(cls.version, where)
+        cls.renamed_steps = check_renamed_steps(cls.renamed_steps, [s.name for s in cls.steps], where)
+    except ValueError as error:
+        raise ProceduresConfigError(str(error)) from None
 
 
 #: Methods the worker calls on a procedure object, besides its steps.

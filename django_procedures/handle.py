@@ -114,7 +114,7 @@ class ProcedureHandle:
         row = self.run
         if row.status != RunStatus.WAITING:
             return None
-        return row.waiting_for or "children"  # a row that waited before migration 0021 waits for its children
+        return row.waiting_for or None
 
     @property
     def wake_at(self) -> datetime | None:

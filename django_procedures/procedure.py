@@ -150,9 +150,9 @@ class Procedure:
 
     ``self.state`` is a JSON object saved with every checkpoint. Class
     attributes: ``type_name`` (default ``"<module>.<QualName>"``), ``retry``,
-    ``queue``, ``priority``, ``redact`` (state keys the admin masks). A class
-    with ``abstract = True`` in its body is a base for others and is not
-    registered.
+    ``queue``, ``priority``, ``redact`` (state keys the admin masks),
+    ``version`` and ``renamed_steps`` (see ``upgrade_state``). A class with
+    ``abstract = True`` in its body is a base for others and is not registered.
     """
 
     type_name: ClassVar[str]
@@ -160,6 +160,10 @@ class Procedure:
     queue: ClassVar[str | None] = None
     priority: ClassVar[int] = 0
     redact: ClassVar[tuple[str, ...]] = ()
+    #: Stored on each run; raise it when the steps or the state's shape change (docs/changing-procedures.md).
+    version: ClassVar[int] = 1
+    #: Step names of older versions: ``{"old": "new"}``.
+    renamed_steps: ClassVar[Mapping[str, str]] = {}
     #: Run ``rollback`` inside one database transaction (its database effects take place exactly once).
     rollback_atomic: ClassVar[bool] = True
     abstract: ClassVar[bool] = True
@@ -237,6 +241,11 @@ class Procedure:
     @classmethod
     def has_rollback(cls) -> bool:
         return cls.rollback is not Procedure.rollback
+
+    def upgrade_state(self, state: dict[str, Any], from_version: int) -> dict[str, Any]:
+        """The state of a run written by ``from_version`` (older than ``version``), in this version's shape;
+        called once before its next step, the result saved with its next checkpoint. Unchanged by default."""
+        return state
 
     # -- submit options and async submits ----------------------------------------------------
 

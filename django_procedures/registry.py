@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django_procedures.exceptions import ProceduresConfigError, UnknownProcedureType
 from django_procedures.policy.procedure_class import ProcedureClass
 
@@ -41,6 +43,11 @@ def get(type_name: str) -> ProcedureClass:
 
 def type_names() -> list[str]:
     return sorted(_types)
+
+
+def versions(type_names: Sequence[str]) -> list[int]:
+    """The registered class's ``version`` of each of ``type_names`` (1 for a name no class has)."""
+    return [_types[name].version if name in _types else 1 for name in type_names]
 
 
 def autodiscover() -> None:

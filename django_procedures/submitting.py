@@ -65,7 +65,7 @@ def new_run(cls: type[Procedure], state: Mapping[str, Any] | None, options: Opti
     if problem:
         raise StateTooLarge(problem)
     return NewRun(
-        type_name=cls.type_name, state=plain, step_name=cls.steps[0].name,
+        type_name=cls.type_name, version=cls.version, state=plain, step_name=cls.steps[0].name,
         queue=options.queue if options.queue is not None else cls.queue or conf.DEFAULT_QUEUE,
         priority=cls.priority if options.priority is None else options.priority,
         run_at=checks.run_at(options.run_after, now), key=options.key, lock_keys=lock_keys_of(cls, plain))

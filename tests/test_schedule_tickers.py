@@ -108,6 +108,7 @@ def test_a_database_out_of_reach_gives_no_warning_and_no_error():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "W004" not in done.stdout + done.stderr and "Traceback" not in done.stderr
+    assert "W005" not in done.stdout + done.stderr  # nor the step lists' check
 
 
 # -- what a worker logs at start ------------------------------------------------------------------

@@ -28,7 +28,7 @@ ROW_FIELDS = ("id", "type_name", "status", "step", "step_name", "attempt", "fail
               "root_id", "depth", "spawned_in", "position", "pending_children", "waiting_for_keys", "lock_keys",
               "in_rollback", "queue", "priority", "key", "run_at", "lease_token", "lease_owner", "lease_expires_at",
               "error", "failure_can_retry", "created_at", "started_at", "finished_at", "progress",
-              "step_started_at", "retried_at", "waiting_for", "wake_at")
+              "step_started_at", "retried_at", "waiting_for", "wake_at", "version")
 #: Most members of one tree the procedure page loads.
 TREE_LIMIT = 500
 
@@ -138,14 +138,15 @@ def unfinished_children(parent_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]
 def facts_of(row: ProcedureRun, waits: Sequence[KeyWait] = (), lease_seconds: float | None = None,
              unfinished: int | None = None) -> NodeFacts:
     """What the "why" column says of ``row``; ``unfinished``: its unfinished children, if counted."""
+    cls = procedure_class(row.type_name)
     return NodeFacts(
         status=row.status, run_at=row.run_at,
         pending_children=row.pending_children if unfinished is None else unfinished,
         waiting_for_keys=row.waiting_for_keys, key_waits=tuple(waits), lease_owner=row.lease_owner,
         lease_expires_at=row.lease_expires_at, lease_seconds=lease_seconds,
-        type_known=procedure_class(row.type_name) is not None, type_name=row.type_name,
+        type_known=cls is not None, type_name=row.type_name,
         in_rollback=row.in_rollback, attempt=row.attempt, error=row.error, waiting_for=row.waiting_for,
-        wake_at=row.wake_at)
+        wake_at=row.wake_at, version=row.version, code_version=cls.version if cls is not None else None)
 
 
 def key_waits(procedure_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[KeyWait]]:

@@ -45,6 +45,9 @@ class NodeFacts:
     #: A waiting procedure's one wait ("children", "timer", "event") and when its timer falls due.
     waiting_for: str = ""
     wake_at: datetime | None = None
+    #: The class version that wrote the run, and the registered class's in this process (None: unknown type).
+    version: int = 1
+    code_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,13 @@ def _pending(facts: NodeFacts, now: datetime) -> tuple[Reason, ...]:
             f"no running worker knows its type {facts.type_name or '?'}: it is not registered in this web "
             "process, and workers built from the same code do not register it either; deploy code that "
             "defines it (or cancel the procedure)"))
+    elif facts.code_version is not None and facts.version > facts.code_version:
+        reasons.append(Reason(
+            "newer_version",
+            f"written by version {facts.version} of {facts.type_name}, newer than version {facts.code_version} "
+            "in this code: workers built from it leave the run to workers running version "
+            f"{facts.version} or later; finish deploying that version to the workers of its queue",
+            {"version": facts.version, "code_version": facts.code_version}))
     due = facts.run_at is None or facts.run_at <= now
     if not due:
         assert facts.run_at is not None

@@ -228,6 +228,7 @@ class Migration(migrations.Migration):
                 ('trace_context', models.JSONField(blank=True, null=True)),
                 ('waiting_for', models.CharField(blank=True, db_default='', default='', max_length=10)),
                 ('wake_at', models.DateTimeField(blank=True, null=True)),
+                ('version', models.PositiveIntegerField(db_default=1, default=1)),
             ],
             options={
                 'verbose_name': 'procedure',

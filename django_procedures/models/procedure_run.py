@@ -52,6 +52,8 @@ class ProcedureRun(StoreWritten):
     step = models.PositiveIntegerField(default=0)
     step_name = models.CharField(max_length=255, blank=True)
     step_started_at = models.DateTimeField(null=True, blank=True)
+    # The class's ``version`` the state was last written by: workers whose class is older leave the run alone.
+    version = models.PositiveIntegerField(default=1, db_default=1)
     # `attempt` numbers the next try of `step_name`; `failures` and `lost` are its two budgets.
     attempt = models.PositiveIntegerField(default=1)
     failures = models.PositiveIntegerField(default=0)

@@ -22,6 +22,8 @@ class NewRun:
     """One procedure to insert: its row's values that depend on the class, the state and the options."""
 
     type_name: str
+    #: The class's ``version``, stored on the run (a worker of an older version leaves it alone).
+    version: int
     state: dict[str, Any]
     step_name: str
     queue: str
@@ -54,6 +56,8 @@ class ProcedureClass(Protocol):
     def steps(self) -> Sequence[NamedStep]: ...
     @property
     def declares_lock_keys(self) -> bool: ...
+    @property
+    def version(self) -> int: ...
 
     def _new_run(self, state: Mapping[str, Any] | None, options: Options, *, now: datetime,
                 where: str = "state") -> NewRun:

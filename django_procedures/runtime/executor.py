@@ -29,6 +29,7 @@ from django_procedures.runtime.endings import (
 )
 from django_procedures.runtime.running import Outcome, RunningClaim, error_text, log_extra, logger, trace_text
 from django_procedures.runtime.settle import fenced_out, settle, settle_last
+from django_procedures.runtime.versions import find_step, missing_step, upgrade
 from django_procedures.store import fence, transitions
 from django_procedures.store.db import cut_while_idle, is_conflict, is_disconnect, own_connection_lost, session
 from django_procedures.store.fence import StepRecord
@@ -51,10 +52,6 @@ class _StepFailed(Exception):
 
 class _Interrupted(Exception):
     """The step (or the executor between steps) saw ``ensure_active()`` raise."""
-
-
-def find_step(cls: type[Procedure], name: str) -> StepSpec | None:
-    return next((s for s in cls.steps if s.name == name), None)
 
 
 def _next_step(cls: type[Procedure], spec: StepSpec) -> StepSpec | None:
@@ -100,6 +97,9 @@ def _execute(running: RunningClaim) -> Outcome:
                 return settle(running, RollbackFailed(StepRecord(claim.step, "rollback", claim.attempt, now, now),
                                                       message, FailDecision(message, manual_retry=True)))
             return hooks.fail_now(procedure, cls, running, message)
+        upgraded = upgrade(procedure, cls, running)
+        if upgraded is not None:
+            return upgraded
         if claim.in_rollback:
             return hooks.run_rollback(procedure, cls, running)
         if claim.suspension:
@@ -111,9 +111,7 @@ def _execute(running: RunningClaim) -> Outcome:
         while True:
             spec = find_step(cls, claim.step_name)
             if spec is None:
-                return hooks.fail_now(procedure, cls, running, f"step {claim.step_name!r} no longer exists in "
-                                      f"{claim.type_name} (removed or renamed by a deploy); restore it, or retry "
-                                      "once a version that has it is deployed")
+                return missing_step(procedure, cls, running)
             if running.activity.lost_reason:  # noticed before the (next) step: the INFO line all lost claims log
                 return settle(running, Lost(running.activity.lost_reason))
             if running.activity.stopping.is_set():

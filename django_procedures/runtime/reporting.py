@@ -8,8 +8,9 @@ from collections.abc import Sequence
 
 from django.db import DatabaseError, connection
 
+from django_procedures import registry
 from django_procedures.runtime.outage import watch
-from django_procedures.store.claim import unknown_types
+from django_procedures.store.claim import newer_versions, unknown_types
 from django_procedures.store.db import is_disconnect
 from django_procedures.store.schema import require_tables
 from django_procedures.store.tickers import enabled_schedules, tickers
@@ -24,6 +25,9 @@ def log_stats(worker_id: str, label: str, s: Counter[str], types: Sequence[str])
         waiting = unknown_types(types)
         if waiting:
             unknown = " unknown-types=" + ",".join(f"{k}:{v}" for k, v in waiting.items())
+        newer = newer_versions(types)
+        if newer:
+            unknown += " newer-versions=" + ",".join(f"{k}:{n}" for k, (n, _) in newer.items())
     except Exception:  # stats must never stop the worker
         pass
     logger.info("worker %s %s: claimed=%d succeeded=%d suspended=%d slept=%d retried=%d failed=%d "
@@ -33,9 +37,11 @@ def log_stats(worker_id: str, label: str, s: Counter[str], types: Sequence[str])
 
 
 def report_unknown_types(worker_id: str, types: Sequence[str]) -> None:
-    """At start-up: a WARNING for each type of ready procedures this worker does not know."""
+    """At start-up: a WARNING for each type of ready procedures this worker does not know, or whose runs a newer
+    version of its class wrote."""
     try:
         waiting = unknown_types(types)
+        newer = newer_versions(types)
     except Exception as error:  # the database may be down at start-up: the main loop waits for it
         if is_disconnect(error):
             watch.lost(error, "start-up")
@@ -48,6 +54,10 @@ def report_unknown_types(worker_id: str, types: Sequence[str]) -> None:
                        "they are left for a worker that does. A worker learns procedure classes at start-up, "
                        "from the 'procedures' module of each installed app: define or import the class there, "
                        "and restart the workers after deploying a new one", count, type_name)
+    for type_name, (count, newest) in newer.items():
+        logger.warning("%d ready procedures of %r were written by version %d, newer than version %d of this "
+                       "worker's class; they are left for workers running that version. Finish deploying it to "
+                       "the workers of their queues", count, type_name, newest, registry.versions([type_name])[0])
 
 
 def tables_ready(worker_id: str) -> bool:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, Count, F, Min, Q, Value, When
+from django.db.models import Case, Count, F, Max, Min, Q, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -20,6 +20,7 @@ from django_procedures.policy.schedule_args import MAX_DURATION
 from django_procedures.policy.status import CLAIMABLE, RunStatus
 from django_procedures.store.db import bound_cursor, db_now_plus, is_postgresql, sql_list, text_array
 from django_procedures.store.events import send_after_commit
+from django_procedures.store.kinds import VERSION_OK, Kinds
 
 
 @dataclass
@@ -57,11 +58,15 @@ class Claim:
     started_at: datetime | None = None
     priority: int = 0
     worker: str = ""
+    #: The class version that wrote the run's state, and the one the next write records once this worker's
+    #: class upgraded it (``upgrade_state``); None: unchanged.
+    version: int = 1
+    upgraded_to: int | None = None
 
 
 _FIELDS = ["id", "type_name", "state", "step", "step_name", "attempt", "failures", "lost", "lease_token", "queue",
            "parent_id", "root_id", "depth", "suspension", "spawned_in", "schedule_id", "in_rollback", "lock_keys",
-           "run_at", "trace_context", "created_at", "started_at", "priority"]
+           "run_at", "trace_context", "created_at", "started_at", "priority", "version"]
 
 _DEADLINE = ("started_at", "retried_at", "schedule__max_run_time")
 
@@ -89,7 +94,7 @@ _QUEUE_IN = "AND (queue || '') = ANY(%(queues)s::text[])"
 # Due rows that need no lock key decision: no keys, or keys already held from an earlier claim.
 _PG_DUE = f"""
     SELECT id FROM {{run}}
-    WHERE status IN ({sql_list(CLAIMABLE)}) AND run_at <= %(now)s AND {_TYPE_IN}
+    WHERE status IN ({sql_list(CLAIMABLE)}) AND run_at <= %(now)s AND {_TYPE_IN} {VERSION_OK}
       {{queue_filter}} AND NOT waiting_for_keys AND (keys_held OR lock_keys = '[]'::jsonb)
     ORDER BY priority DESC, run_at
     LIMIT %(limit)s
@@ -126,11 +131,14 @@ def claim(
     limit: int = 1,
     lease_seconds: float,
     keyed: bool = True,
+    versions: Sequence[int] | None = None,
 ) -> list[Claim]:
     """Claim up to ``limit`` due procedures of ``type_names`` in one short committed transaction.
 
     Only registered type names are claimed, so a worker that lacks a class
-    leaves its procedures to workers that have it. Procedures taking lock keys
+    leaves its procedures to workers that have it; likewise a run written by a
+    newer version than ``versions`` (one per type name; default: the registered
+    classes' versions) is left to newer workers. Procedures taking lock keys
     for the first time are decided first (``keyed``; see ``store.locks``);
     the rest of the batch is one statement.
     """
@@ -138,15 +146,16 @@ def claim(
         return []
     from django_procedures.store import locks
 
+    kinds = Kinds.of(type_names, versions)
     now = clock.now()
     outermost = not transaction.get_connection().in_atomic_block  # never relax a caller's transaction
     with transaction.atomic():
         if outermost:
             _tune_claim_transaction()
-        granted = locks.grant_due(type_names=type_names, queues=queues, limit=limit, now=now) if keyed else []
+        granted = locks.grant_due(kinds=kinds, queues=queues, limit=limit, now=now) if keyed else []
         claims = _lease(worker, granted, lease_seconds, now) if granted else []
         if len(claims) < limit:
-            claims += _lease_due(worker, type_names, queues, limit - len(claims), lease_seconds, now)
+            claims += _lease_due(worker, kinds, queues, limit - len(claims), lease_seconds, now)
     for c in claims:
         send_after_commit(signals.procedure_started, procedure_id=c.id, type_name=c.type_name,
                           lease_token=c.lease_token)
@@ -174,14 +183,14 @@ def _tune_claim_transaction() -> None:
                            "set_config('enable_bitmapscan', 'off', true)", ())
 
 
-def _lease_due(worker: str, type_names: Sequence[str], queues: Sequence[str] | None, limit: int,
+def _lease_due(worker: str, kinds: Kinds, queues: Sequence[str] | None, limit: int,
                lease_seconds: float, now: datetime) -> list[Claim]:
     if is_postgresql():
         picked = _PG_DUE.format(run=ProcedureRun._meta.db_table,
                                 queue_filter=_QUEUE_IN if queues else "")
-        return _run_pg(picked, worker, lease_seconds, now, types=text_array(type_names),
-                       queues=text_array(queues or ()), limit=limit)
-    due = ProcedureRun._writer.claimable(now).filter(type_name__in=type_names, waiting_for_keys=False).filter(
+        return _run_pg(picked, worker, lease_seconds, now, **kinds.params(), queues=text_array(queues or ()),
+                       limit=limit)
+    due = ProcedureRun._writer.claimable(now).filter(kinds.q(), waiting_for_keys=False).filter(
         Q(keys_held=True) | Q(lock_keys=[]))
     if queues:
         due = due.filter(queue__in=queues)
@@ -227,38 +236,43 @@ def _run_pg(picked: str, worker: str, lease_seconds: float, now: datetime, **par
     return claims
 
 
-def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None) -> datetime | None:
-    """The earliest ``run_at`` of a ready or retrying procedure this worker could claim, or the earliest
-    ``wake_at`` of a sleeper (any queue or type: any worker's wake pass makes it ready), whichever comes first."""
+def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None,
+             versions: Sequence[int] | None = None) -> datetime | None:
+    """The earliest ``run_at`` of a ready or retrying procedure this worker could claim (``versions`` as for
+    :func:`claim`: a run of a newer version is not one), or the earliest ``wake_at`` of a sleeper (any queue or
+    type: any worker's wake pass makes it ready), whichever comes first."""
     if not type_names:
         return None
+    kinds = Kinds.of(type_names, versions)
     if is_postgresql():  # after every claim that got fewer than it asked for: the ORM cost more than the query
-        return _pg_next_due(type_names, queues)
+        return _pg_next_due(kinds, queues)
     from django_procedures.store.timers import next_wake
 
-    rows = ProcedureRun._writer.pending().filter(type_name__in=type_names, waiting_for_keys=False)
+    rows = ProcedureRun._writer.pending().filter(kinds.q(), waiting_for_keys=False)
     if queues:
         rows = rows.filter(queue__in=queues)
     return min(filter(None, (rows.aggregate(at=Min("run_at"))["at"], next_wake())), default=None)
 
 
 # What next_due's ORM query asks, as a statement prepared once per connection; see _TYPE_IN: its cost follows
-# the backlog, not the history.
+# the backlog, not the history. Ordered and limited rather than min(): with the version filter the planner no
+# longer turned min() into reading procedures_due_idx up to the first match, but scanned every pending row.
 _PG_NEXT_DUE = f"""
     SELECT LEAST((
-        SELECT min(run_at) FROM {{run}}
-        WHERE status IN ({sql_list(CLAIMABLE)}) AND NOT waiting_for_keys AND {_TYPE_IN} {{queue_filter}}
+        SELECT run_at FROM {{run}}
+        WHERE status IN ({sql_list(CLAIMABLE)}) AND NOT waiting_for_keys AND {_TYPE_IN} {VERSION_OK} {{queue_filter}}
+        ORDER BY run_at LIMIT 1
     ), (  -- procedures_wake_idx; LEAST ignores a NULL
         SELECT min(wake_at) FROM {{run}} WHERE status = '{RunStatus.WAITING}' AND wake_at IS NOT NULL
     ))
 """
 
 
-def _pg_next_due(type_names: Sequence[str], queues: Sequence[str] | None) -> datetime | None:
+def _pg_next_due(kinds: Kinds, queues: Sequence[str] | None) -> datetime | None:
     sql = _PG_NEXT_DUE.format(run=ProcedureRun._meta.db_table,
                               queue_filter=_QUEUE_IN if queues else "")
     with bound_cursor() as cursor:
-        cursor.execute(sql, {"types": text_array(type_names), "queues": text_array(queues or ())})
+        cursor.execute(sql, {**kinds.params(), "queues": text_array(queues or ())})
         row = cursor.fetchone()
     return row[0] if row else None
 
@@ -268,3 +282,12 @@ def unknown_types(type_names: Sequence[str]) -> dict[str, int]:
     rows = (ProcedureRun._writer.pending().exclude(type_name__in=type_names)
             .values_list("type_name").annotate(n=Count("id")).order_by("type_name"))
     return dict(rows)
+
+
+def newer_versions(type_names: Sequence[str], versions: Sequence[int] | None = None) -> dict[str, tuple[int, int]]:
+    """Ready or retrying procedures of ``type_names`` written by a newer version than this worker's class (see
+    :func:`claim`): by type name, how many and the newest version."""
+    kinds = Kinds.of(type_names, versions)
+    rows = (ProcedureRun._writer.pending().filter(type_name__in=kinds.type_names).exclude(kinds.q())
+            .values_list("type_name").annotate(n=Count("id"), newest=Max("version")).order_by("type_name"))
+    return {name: (n, newest) for name, n, newest in rows}

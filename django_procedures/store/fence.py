@@ -78,12 +78,13 @@ def reload(claim: Claim) -> Reloaded:
     """
     row = (held_row(claim)
            .values("state", "step", "step_name", "attempt", "failures", "lost", "suspension", "in_rollback",
-                   "in_unsafe_step").first())
+                   "in_unsafe_step", "version").first())
     if row is None:
         return Reloaded(held=False)
     claim.state, claim.step, claim.step_name = row["state"], row["step"], row["step_name"]
     claim.attempt, claim.failures, claim.lost = row["attempt"], row["failures"], row["lost"]
     claim.suspension, claim.in_rollback = row["suspension"], row["in_rollback"]
+    claim.version, claim.upgraded_to = row["version"], None  # upgraded again, from what committed
     return Reloaded(held=True, in_unsafe_step=row["in_unsafe_step"])
 
 

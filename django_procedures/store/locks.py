@@ -16,6 +16,7 @@ from django_procedures.models import KeyRequest, ProcedureRun
 from django_procedures.policy.locks import Request, blockers, tree_deadlocks
 from django_procedures.policy.status import CLAIMABLE
 from django_procedures.store.db import bound_cursor, is_postgresql, sql_list, text_array
+from django_procedures.store.kinds import VERSION_OK, Kinds
 from django_procedures.store.notify import notify
 
 logger = logging.getLogger("django_procedures.locks")
@@ -65,8 +66,7 @@ def ancestors(procedure_id: uuid.UUID, parent_id: uuid.UUID | None) -> set[uuid.
     return found
 
 
-def grant_due(*, type_names: Sequence[str], queues: Sequence[str] | None, limit: int, now: datetime
-              ) -> list[uuid.UUID]:
+def grant_due(*, kinds: Kinds, queues: Sequence[str] | None, limit: int, now: datetime) -> list[uuid.UUID]:
     """In the claim's transaction: due procedures taking their keys for the first time, decided in claim order.
 
     Each gets all its keys or none. One whose keys are busy is marked
@@ -77,7 +77,7 @@ def grant_due(*, type_names: Sequence[str], queues: Sequence[str] | None, limit:
     granted: list[uuid.UUID] = []
     passed: list[uuid.UUID] = []  # another worker was deciding about their keys: left for the next claim
     while len(granted) < limit:
-        candidates = _keyed_due(type_names, queues, limit - len(granted), now, skip=granted + passed)
+        candidates = _keyed_due(kinds, queues, limit - len(granted), now, skip=granted + passed)
         if not candidates:
             break
         for row in candidates:
@@ -99,6 +99,7 @@ def grant_due(*, type_names: Sequence[str], queues: Sequence[str] | None, limit:
 _PG_KEYED_DUE = f"""
     SELECT id, lock_keys, root_id, parent_id FROM {{run}}
     WHERE status IN ({sql_list(CLAIMABLE)}) AND run_at <= %(now)s AND type_name = ANY(%(types)s::text[])
+      {VERSION_OK}
       {{queue_filter}} AND NOT keys_held AND NOT waiting_for_keys AND lock_keys <> '[]'::jsonb
       AND NOT id = ANY(%(skip)s::uuid[])
     ORDER BY priority DESC, run_at
@@ -107,7 +108,7 @@ _PG_KEYED_DUE = f"""
 """
 
 
-def _keyed_due(type_names: Sequence[str], queues: Sequence[str] | None, limit: int, now: datetime,
+def _keyed_due(kinds: Kinds, queues: Sequence[str] | None, limit: int, now: datetime,
                skip: list[uuid.UUID]) -> list[dict[str, Any]]:
     """Due procedures that take their keys for the first time, locked; rows in ``skip`` excluded.
 
@@ -115,8 +116,7 @@ def _keyed_due(type_names: Sequence[str], queues: Sequence[str] | None, limit: i
     and the ORM took longer to build it than the server to answer it.
     """
     if not is_postgresql():
-        due = (ProcedureRun._writer.claimable(now).filter(type_name__in=type_names, keys_held=False,
-                                                          waiting_for_keys=False)
+        due = (ProcedureRun._writer.claimable(now).filter(kinds.q(), keys_held=False, waiting_for_keys=False)
                .exclude(lock_keys=[]).exclude(id__in=skip))
         if queues:
             due = due.filter(queue__in=queues)
@@ -124,7 +124,7 @@ def _keyed_due(type_names: Sequence[str], queues: Sequence[str] | None, limit: i
     sql = _PG_KEYED_DUE.format(run=ProcedureRun._meta.db_table,
                                queue_filter="AND queue = ANY(%(queues)s::text[])" if queues else "")
     with bound_cursor() as cursor:
-        cursor.execute(sql, {"now": now, "types": text_array(type_names), "queues": text_array(queues or ()),
+        cursor.execute(sql, {"now": now, **kinds.params(), "queues": text_array(queues or ()),
                              "skip": skip, "limit": limit})
         rows = cursor.fetchall()
     return [{"id": pid, "lock_keys": json.loads(keys) if isinstance(keys, str) else keys, "root_id": root,

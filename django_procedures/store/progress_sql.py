@@ -54,6 +54,8 @@ _COMPLETE_SETS = (f"status = '{RunStatus.DONE}', output = %(output)s, finished_a
                   "traceback = '', lease_owner = '', lease_expires_at = NULL")
 #: A held-back ``ctx.progress()`` report riding along (``runtime.progress.ProgressRecorder.take``).
 _PROGRESS_SETS = ", progress = %(progress)s, progress_updated_at = %(now)s"
+#: The class version that upgraded the state (``runtime.versions``): only then, the hot path's statement unchanged.
+_VERSION_SETS = ", version = %(version)s"
 _CLOSE_LEASE = f""", lease AS (
     UPDATE {_LEASE} SET released_at = clock_timestamp(), outcome = '{LeaseOutcome.COMPLETED}'
     WHERE procedure_id = %(id)s AND token = %(token)s AND released_at IS NULL AND EXISTS (SELECT FROM run)
@@ -61,12 +63,13 @@ _CLOSE_LEASE = f""", lease AS (
 
 
 @functools.lru_cache(maxsize=64)
-def _statement(complete: bool, steps: int, progress: bool) -> str:
+def _statement(complete: bool, steps: int, progress: bool, version: bool = False) -> str:
     """The statement for ``steps`` Step rows (one per step run since the last checkpoint; mostly one), and with
-    ``progress`` the run's progress report too."""
+    ``progress`` the run's progress report too, with ``version`` the run's new version."""
     values = ", ".join(f"(%(index{i})s::integer, %(name{i})s::text, %(attempt{i})s::integer, "
                        f"%(started{i})s::timestamptz, %(finished{i})s::timestamptz)" for i in range(steps))
-    sets = (_COMPLETE_SETS if complete else _CHECKPOINT_SETS) + (_PROGRESS_SETS if progress else "")
+    sets = ((_COMPLETE_SETS if complete else _CHECKPOINT_SETS) + (_PROGRESS_SETS if progress else "")
+            + (_VERSION_SETS if version else ""))
     return _SQL.format(sets=sets, values=values,
                        lease=_CLOSE_LEASE if complete else "")
 
@@ -92,9 +95,11 @@ def write_checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[st
         # Numbers, a string and None (policy.progress.Report): what the field's adapter makes (it has no
         # encoder), without its lookups at every checkpoint.
         params["progress"] = Jsonb(progress, json.dumps)
+    if claim.upgraded_to is not None:
+        params["version"] = claim.upgraded_to
     for i, r in enumerate(records):
         params.update({f"index{i}": r.index, f"name{i}": r.name, f"attempt{i}": r.attempt,
                        f"started{i}": r.started_at, f"finished{i}": r.finished_at})
     with bound_cursor() as cursor:
-        cursor.execute(_statement(complete, len(records), progress is not None), params)
+        cursor.execute(_statement(complete, len(records), progress is not None, "version" in params), params)
         return bool(cursor.fetchone()[0])

@@ -120,7 +120,8 @@ def insert_runs(wanted: Sequence[Wanted], now: datetime) -> Counter[int]:
     if not is_postgresql():
         return _insert_rows(wanted, now)
     records = [{"i": str(new_id()), "s": w.schedule.id, "t": tick_at.isoformat(), "n": w.step_name, "q": w.queue,
-                "p": w.priority, "k": w.lock_keys} for w in wanted for tick_at in w.ticks]
+                "p": w.priority, "k": w.lock_keys, "v": w.cls.version if w.cls else 1}
+               for w in wanted for tick_at in w.ticks]
     sql, constants = _statement()
     with connection.cursor() as cursor:
         cursor.execute(sql, {**constants, "now": now, "records": json.dumps(records)})  # no floats: plain JSON
@@ -153,7 +154,7 @@ def _insert_rows(wanted: Sequence[Wanted], now: datetime) -> Counter[int]:
 #: Columns each run takes from its JSON record: (name in the record, its type in ``jsonb_to_recordset``).
 _FROM_RECORD = {"id": ("i", "uuid"), "schedule_id": ("s", "bigint"), "tick_at": ("t", "timestamptz"),
                 "step_name": ("n", "text"), "queue": ("q", "text"), "priority": ("p", "integer"),
-                "lock_keys": ("k", "jsonb")}
+                "lock_keys": ("k", "jsonb"), "version": ("v", "integer")}
 
 
 @functools.cache

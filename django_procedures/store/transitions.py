@@ -55,6 +55,18 @@ def _done_rows(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any
     ]
 
 
+def _version_fields(claim: Claim) -> dict[str, Any]:
+    """The class version that upgraded the claim's state (``runtime.versions.upgrade``), for the write that
+    saves the state; nothing when the state was not upgraded."""
+    return {} if claim.upgraded_to is None else {"version": claim.upgraded_to}
+
+
+def _upgraded(claim: Claim) -> None:
+    """The write that saved the upgraded state committed it: the run now carries the new version."""
+    if claim.upgraded_to is not None:
+        claim.version, claim.upgraded_to = claim.upgraded_to, None
+
+
 def _progress_fields(progress: dict[str, Any] | None, now: datetime) -> dict[str, Any]:
     """A held-back progress report (``runtime.progress.ProgressRecorder.take``) as fields of the run's write."""
     return {} if progress is None else {"progress": progress, "progress_updated_at": now}
@@ -79,12 +91,14 @@ def commit_checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[s
             now = clock.now()
             written = bool(held_row(claim).update(
                 state=state, step=records[-1].index + 1, step_name=next_step, step_started_at=now,
-                attempt=1, failures=0, lost=0, in_unsafe_step=False, **_progress_fields(progress, now)))
+                attempt=1, failures=0, lost=0, in_unsafe_step=False, **_progress_fields(progress, now),
+                **_version_fields(claim)))
             if written:
                 Step._writer.bulk_create(_done_rows(claim, records, state))
         if not written:
             raise lost(claim)
     _committed(claim, records)
+    _upgraded(claim)
     claim.state, claim.step, claim.step_name = state, records[-1].index + 1, next_step
     claim.attempt, claim.failures, claim.lost = 1, 0, 0
 
@@ -114,7 +128,7 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
             if not held_row(claim).update(
                     status=RunStatus.DONE, state=state, step=step, step_name="", output=output,
                     finished_at=now, error="", traceback="", lease_owner="", lease_expires_at=None,
-                    in_unsafe_step=False, **_progress_fields(progress, now)):
+                    in_unsafe_step=False, **_progress_fields(progress, now), **_version_fields(claim)):
                 return False
             if records:
                 Step._writer.bulk_create(_done_rows(claim, records, state))
@@ -145,7 +159,7 @@ def suspend(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], 
         fenced_update(claim, status=RunStatus.WAITING, waiting_for=WaitingFor.CHILDREN, state=state,
                       step=records[-1].index + 1, step_name=next_step, attempt=1, failures=0, lost=0,
                       pending_children=len(rows), suspension=suspension,
-                      **LEASE_CLEARED, **_progress_fields(progress, clock.now()))
+                      **LEASE_CLEARED, **_progress_fields(progress, clock.now()), **_version_fields(claim))
         Step._writer.bulk_create(_done_rows(claim, records, state))
         insert(list(rows))
         close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
@@ -174,10 +188,11 @@ def sleep(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], ne
 def handled_child_failure(claim: Claim, child_id: Any, state: dict[str, Any]) -> None:
     """``on_child_failed`` returned for ``child_id``: save the state it left, and never report that child again."""
     with joined():
-        fenced_update(claim, state=state, step_started_at=clock.now())
+        fenced_update(claim, state=state, step_started_at=clock.now(), **_version_fields(claim))
         # Only while it is still final: a child retried meanwhile must have its next failure reported.
         ProcedureRun._writer.filter(id=child_id, parent_id=claim.id, status__in=tree.FAILED_CHILD).update(
             failure_handled=True)
+    _upgraded(claim)
     claim.state = state
 
 

@@ -250,4 +250,5 @@ class SessionProbe(Procedure):
 from testproject.testapp.long_steps import *  # noqa: E402, F403 - steps holding a transaction a long time
 from testproject.testapp.soak import *  # noqa: E402, F403 - the fault-injection soak's procedures
 from testproject.testapp.trees import *  # noqa: E402, F403 - trees, rollback and lock keys
+from testproject.testapp.versioned import *  # noqa: E402, F403 - a class version set per worker process
 from testproject.testapp.waiting import *  # noqa: E402, F403 - procedures that sleep

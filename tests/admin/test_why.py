@@ -54,6 +54,10 @@ CASES = [
     ("key wait and not yet due", NodeFacts("ready", run_at=NOW + 60 * S,
                                            key_waits=(KeyWait("k", "exclusive", ("p",)),)),
      ["scheduled", "lock"], ["not due until", "held by procedure p"]),
+    ("newer version", NodeFacts("ready", run_at=NOW - S, type_name="shop.Ship", version=3, code_version=2),
+     ["newer_version"], ["written by version 3 of shop.Ship, newer than version 2 in this code",
+                         "finish deploying that version"]),
+    ("same version", NodeFacts("ready", run_at=NOW - S, version=2, code_version=2), ["due"], []),
     ("odd status", NodeFacts("sideways"), ["unknown"], ["unexpected status 'sideways'"]),
 ]
 
