@@ -68,10 +68,3 @@ def test_next_due_does_not_read_the_finished_runs_of_its_types(history_the_stati
     before = _fetched()
     assert claim.next_due(type_names=[MINE], queues=["default"]) is not None
     assert _fetched() - before <= LATER + 3, "next_due read its type's finished history"
-
-
-def test_next_due_reads_the_due_index_up_to_its_first_match(history_the_statistics_never_saw):
-    """Not every pending run: with the version rule the planner stopped reading min(run_at) off the index."""
-    before = _fetched()
-    assert claim.next_due(type_names=[MINE, OTHER], versions=[1, 1]) is not None
-    assert _fetched() - before <= 3, "next_due read every pending run, the ones scheduled for later included"
