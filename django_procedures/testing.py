@@ -47,11 +47,15 @@ def drain(queues: Sequence[str] | None = None, now: datetime | None = None) -> D
         types = registry.type_names()
         maintain()
         looked_again = 0
+        timers.wake_due()  # sleepers due at ``now``
         while True:
-            timers.wake_due()  # sleepers due at ``now``, before each claim
             batch = claims.claim(worker, type_names=types, queues=queues, limit=1,
                                  lease_seconds=conf.LEASE_SECONDS)
             if not batch:
+                # A sleep of this drain that is due at ``now`` already (until= a past time) is woken here, once
+                # nothing else is left: not a wake pass per claim.
+                if timers.wake_due():
+                    continue
                 next_due = claims.next_due(type_names=types, queues=queues)
                 # The claim skips rows another transaction holds for an instant (a handle.wait() marking its
                 # procedure, say): something due now that was not claimed is looked for again, a few times.

@@ -41,7 +41,7 @@ from django_procedures.runtime.settle import settle
 from django_procedures.runtime.shutdown import graceful_signals
 from django_procedures.runtime.wakeup import Waker
 from django_procedures.runtime.worker_row import WorkerRow
-from django_procedures.store.claim import claim, next_due
+from django_procedures.store.claim import claim, due_times
 from django_procedures.store.db import is_conflict, is_disconnect
 from django_procedures.store.listening import listens
 from django_procedures.store.maintenance import maintain
@@ -87,7 +87,7 @@ class WorkerRuntime:
                              lease_seconds=config.lease_seconds, with_scheduler=config.with_scheduler)
         self._stop_reason: str | None = None  # the first reason given to stop(), or "burst"
         self._signalled: str | None = None  # the first SIGTERM/SIGINT, not yet acted on by the main loop
-        self._due_at: Any = None  # the next due time read when idle: a sleeper's wake time, maybe
+        self._wake_at: Any = None  # the first sleeper's wake time, read when idle
         self.crew = Crew(config.concurrency, self._executor_loop)
         # The claims held, guarded by the same lock as the crew's threads.
         self.held = HeldClaims(self._lock, self.crew, self.stats, concurrency=config.concurrency,
@@ -235,7 +235,8 @@ class WorkerRuntime:
                 backoff = 0.0
                 if self._claim(wanted) >= wanted:  # fewer: no claim again at once (it would find nothing and
                     continue  # compete with the step just handed over); a NOTIFY or next_due wakes the loop
-                due = self._due_at = next_due(type_names=self.types, queues=self.config.queues)
+                times = due_times(type_names=self.types, queues=self.config.queues)
+                self._wake_at, due = times.wake_at, times.earliest
                 if self.config.with_scheduler:  # a tick due soon starts work too
                     due = min((at for at in (due, next_tick_due()) if at is not None), default=None)
                 if self.config.burst and not self.held.count and not self._due_soon(due):
@@ -262,9 +263,9 @@ class WorkerRuntime:
                 self.waker.sleep(backoff)  # a signal (or stop()) cuts it short
 
     def _wake_timers(self) -> None:
-        """Once the due time read when idle has come (``next_due`` includes wake times), wake sleepers, then claim."""
-        if self._due_at is not None and self._due_at <= clock.now():
-            self._due_at = None
+        """Once the first sleeper's wake time read when idle has come, wake the sleepers due, then claim."""
+        if self._wake_at is not None and self._wake_at <= clock.now():
+            self._wake_at = None
             wake_due()
 
     def _claim(self, wanted: int) -> int:

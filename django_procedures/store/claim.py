@@ -236,45 +236,63 @@ def _run_pg(picked: str, worker: str, lease_seconds: float, now: datetime, **par
     return claims
 
 
-def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None,
-             versions: Sequence[int] | None = None) -> datetime | None:
+@dataclass(frozen=True)
+class DueTimes:
+    """When work falls due: the first ready or retrying run this worker could claim, and the first sleeper."""
+
+    run_at: datetime | None = None
+    #: A sleeper's wake time: only when it has come is a wake pass (``store.timers.wake_due``) worth running.
+    wake_at: datetime | None = None
+
+    @property
+    def earliest(self) -> datetime | None:
+        return min(filter(None, (self.run_at, self.wake_at)), default=None)
+
+
+def due_times(*, type_names: Sequence[str], queues: Sequence[str] | None = None,
+              versions: Sequence[int] | None = None) -> DueTimes:
     """The earliest ``run_at`` of a ready or retrying procedure this worker could claim (``versions`` as for
-    :func:`claim`: a run of a newer version is not one), or the earliest ``wake_at`` of a sleeper (any queue or
-    type: any worker's wake pass makes it ready), whichever comes first."""
+    :func:`claim`: a run of a newer version is not one), and the earliest ``wake_at`` of a sleeper (any queue or
+    type: any worker's wake pass makes it ready)."""
     if not type_names:
-        return None
+        return DueTimes()
     kinds = Kinds.of(type_names, versions)
     if is_postgresql():  # after every claim that got fewer than it asked for: the ORM cost more than the query
-        return _pg_next_due(kinds, queues)
+        return _pg_due_times(kinds, queues)
     from django_procedures.store.timers import next_wake
 
     rows = ProcedureRun._writer.pending().filter(kinds.q(), waiting_for_keys=False)
     if queues:
         rows = rows.filter(queue__in=queues)
-    return min(filter(None, (rows.aggregate(at=Min("run_at"))["at"], next_wake())), default=None)
+    return DueTimes(rows.aggregate(at=Min("run_at"))["at"], next_wake())
 
 
-# What next_due's ORM query asks, as a statement prepared once per connection; see _TYPE_IN: its cost follows
+def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None,
+             versions: Sequence[int] | None = None) -> datetime | None:
+    """The earlier of :func:`due_times`: when this worker next has something to do."""
+    return due_times(type_names=type_names, queues=queues, versions=versions).earliest
+
+
+# What due_times' ORM query asks, as a statement prepared once per connection; see _TYPE_IN: its cost follows
 # the backlog, not the history. Ordered and limited rather than min(): with the version filter the planner no
 # longer turned min() into reading procedures_due_idx up to the first match, but scanned every pending row.
-_PG_NEXT_DUE = f"""
-    SELECT LEAST((
+_PG_DUE_TIMES = f"""
+    SELECT (
         SELECT run_at FROM {{run}}
         WHERE status IN ({sql_list(CLAIMABLE)}) AND NOT waiting_for_keys AND {_TYPE_IN} {VERSION_OK} {{queue_filter}}
         ORDER BY run_at LIMIT 1
-    ), (  -- procedures_wake_idx; LEAST ignores a NULL
+    ), (  -- procedures_wake_idx
         SELECT min(wake_at) FROM {{run}} WHERE status = '{RunStatus.WAITING}' AND wake_at IS NOT NULL
-    ))
+    )
 """
 
 
-def _pg_next_due(kinds: Kinds, queues: Sequence[str] | None) -> datetime | None:
-    sql = _PG_NEXT_DUE.format(run=ProcedureRun._meta.db_table,
-                              queue_filter=_QUEUE_IN if queues else "")
+def _pg_due_times(kinds: Kinds, queues: Sequence[str] | None) -> DueTimes:
+    sql = _PG_DUE_TIMES.format(run=ProcedureRun._meta.db_table, queue_filter=_QUEUE_IN if queues else "")
     with bound_cursor() as cursor:
         cursor.execute(sql, {**kinds.params(), "queues": text_array(queues or ())})
         row = cursor.fetchone()
-    return row[0] if row else None
+    return DueTimes(*row) if row else DueTimes()
 
 
 def unknown_types(type_names: Sequence[str]) -> dict[str, int]:

@@ -4,7 +4,7 @@ The claim never looks at a sleeper: it reads the ready and retrying rows
 only. A wake pass makes due sleepers ``ready`` (reading ``procedures_wake_idx``)
 and NOTIFYs their queues; :func:`next_wake` tells an idle worker when to run
 the next one. The worker runs a pass when a due time it waited for has come
-and in its maintenance sweep; ``drain(now=T)`` runs one at each claim pass.
+and in its maintenance sweep; ``drain(now=T)`` runs one first and again whenever it finds nothing to claim.
 Times are the injectable clock's (``django_procedures.clock``), as for ``run_at``.
 """
 
