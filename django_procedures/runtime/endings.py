@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -13,54 +13,45 @@ from django_procedures.store.fence import StepRecord
 
 
 @dataclass(frozen=True)
-class Continued:
-    """Steps ended and the procedure goes on at ``next_step``: a checkpoint."""
+class StepsEnded:
+    """Steps since the last checkpoint ended with ``state``: what every way of committing them carries."""
 
     records: tuple[StepRecord, ...]
     state: dict[str, Any]
-    next_step: str
     #: Whether a lost write may simply be run again (the first step since the last checkpoint was idempotent).
-    safe: bool = True
+    safe: bool = field(default=True, kw_only=True)
     #: The state as JSON, measured against ``MAX_STATE_BYTES``: the write reuses it instead of encoding again.
-    state_text: str = ""
+    state_text: str = field(default="", kw_only=True)
 
 
 @dataclass(frozen=True)
-class Completed:
+class Continued(StepsEnded):
+    """The procedure goes on at ``next_step``: a checkpoint."""
+
+    next_step: str
+
+
+@dataclass(frozen=True)
+class Completed(StepsEnded):
     """The last steps ended and the procedure is ``done`` with ``output``."""
 
-    records: tuple[StepRecord, ...]
-    state: dict[str, Any]
     output: Any
-    safe: bool = True
-    #: The state as JSON, measured against ``MAX_STATE_BYTES``: the write reuses it instead of encoding again.
-    state_text: str = ""
 
 
 @dataclass(frozen=True)
-class Suspended:
+class Suspended(StepsEnded):
     """A step returned children (``rows``, built and checked): the procedure waits for them."""
 
-    records: tuple[StepRecord, ...]
-    state: dict[str, Any]
     next_step: str
     rows: tuple[ProcedureRun, ...]
-    safe: bool = True
-    #: The state as JSON, measured against ``MAX_STATE_BYTES``: the write reuses it instead of encoding again.
-    state_text: str = ""
 
 
 @dataclass(frozen=True)
-class Slept:
+class Slept(StepsEnded):
     """A step returned ``Status.sleep``: checkpoint, then the procedure waits for a timer until ``wake_at``."""
 
-    records: tuple[StepRecord, ...]
-    state: dict[str, Any]
     next_step: str
     wake_at: datetime
-    safe: bool = True
-    #: The state as JSON, measured against ``MAX_STATE_BYTES``: the write reuses it instead of encoding again.
-    state_text: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,4 +122,4 @@ Ended = Continued | Completed | Suspended | Slept | Failed | RolledBack | Rollba
 
 
 __all__ = ["Completed", "Continued", "Ended", "Failed", "Interrupted", "Lost", "Parked", "RollbackFailed",
-           "RolledBack", "Slept", "Suspended"]
+           "RolledBack", "Slept", "StepsEnded", "Suspended"]

@@ -235,20 +235,21 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         following = None if status.kind == "done" else _next_step(cls, spec)
         if problem:
             raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
-        if status.kind == "suspended" and status.children:
-            rows = _child_rows(claim, status, record)
-            return Suspended(tuple(records), procedure.state, following.name if following else "", rows, safe,
-                             _measured(procedure, spec, record))
-        if status.kind == "sleeping" and status.wake_at is not None:  # from the last step: wakes, then completes
-            return Slept(tuple(records), procedure.state, following.name if following else "", status.wake_at, safe,
-                         _measured(procedure, spec, record))
-        if following is None:
-            return Completed(tuple(records), procedure.state, status.output, safe, _measured(procedure, spec, record))
-        if status.kind == "executing" and not status.persist and spec.idempotent and following.idempotent:
+        chained = status.kind == "executing" and not status.persist
+        if chained and following is not None and spec.idempotent and following.idempotent:
             index, spec = index + 1, following  # the group is one try: its steps share its attempt number
             running.progress.step_ended()  # no write follows: a report held back past its interval is written
             continue
-        return Continued(tuple(records), procedure.state, following.name, safe, _measured(procedure, spec, record))
+        done, state, text = tuple(records), procedure.state, _measured(procedure, spec, record)
+        resume_at = following.name if following else ""  # "" after the last step: it then completes
+        if status.kind == "suspended" and status.children:
+            rows = _child_rows(claim, status, record)
+            return Suspended(done, state, resume_at, rows, safe=safe, state_text=text)
+        if status.kind == "sleeping" and status.wake_at is not None:
+            return Slept(done, state, resume_at, status.wake_at, safe=safe, state_text=text)
+        if following is None:
+            return Completed(done, state, status.output, safe=safe, state_text=text)
+        return Continued(done, state, following.name, safe=safe, state_text=text)
 
 
 def _measured(procedure: Procedure, spec: StepSpec, record: StepRecord) -> str:

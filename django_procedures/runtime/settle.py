@@ -15,6 +15,7 @@ limit slot) is one more value and one more case of :func:`settle`.
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from functools import partial
 
 from django.db import transaction
@@ -35,6 +36,7 @@ from django_procedures.runtime.endings import (
     RollbackFailed,
     RolledBack,
     Slept,
+    StepsEnded,
     Suspended,
 )
 from django_procedures.runtime.running import Outcome, RunningClaim, log_extra, logger
@@ -79,39 +81,10 @@ def fenced_out(running: RunningClaim, why: str = "") -> Outcome:
 
 
 def _write(running: RunningClaim, ended: Ended) -> Outcome:
-    if isinstance(ended, Continued | Completed | Suspended | Slept) and ended.state_text:
-        with written_as(ended.state, ended.state_text):  # encoded once, to measure it
-            return _write_steps(running, ended)
-    return _write_steps(running, ended)
-
-
-def _write_steps(running: RunningClaim, ended: Ended) -> Outcome:
-    claim, progress = running.claim, running.progress
+    claim = running.claim
     match ended:
-        case Continued(records, state, next_step, safe, _):
-            reconnect.record(running, safe, partial(transitions.commit_checkpoint, claim, records, state, next_step,
-                                                    progress.take(if_due=True), ends_transaction=True))
-            running.effect_uncommitted = False
-            observe.steps_committed(claim, records)
-            return Outcome.CONTINUED
-        case Completed(records, state, output, safe, _):
-            reconnect.record(running, safe, partial(transitions.complete, claim, records, state, output,
-                                                    progress.take(), ends_transaction=True))
-            running.effect_uncommitted = False
-            observe.steps_committed(claim, records)
-            return Outcome.COMPLETED
-        case Suspended(records, state, next_step, rows, safe, _):
-            reconnect.record(running, safe, partial(transitions.suspend, claim, records, state, next_step, rows,
-                                                    progress.take()))
-            running.effect_uncommitted = False
-            observe.steps_committed(claim, records)
-            return Outcome.SUSPENDED
-        case Slept(records, state, next_step, wake_at, safe, _):
-            reconnect.record(running, safe, partial(transitions.sleep, claim, records, state, next_step, wake_at,
-                                                    progress.take()))
-            running.effect_uncommitted = False
-            observe.steps_committed(claim, records)
-            return Outcome.SLEPT
+        case Continued() | Completed() | Suspended() | Slept():
+            return _steps_ended(running, ended)
         case Failed():
             return _failed(running, ended)
         case RolledBack(record):
@@ -134,6 +107,35 @@ def _write_steps(running: RunningClaim, ended: Ended) -> Outcome:
             logger.info("procedure %s: stopped: %s", claim.id, why, extra=log_extra(claim))
             return Outcome.LOST
     raise TypeError(f"cannot settle {ended!r}")  # pragma: no cover - every Ended is matched above
+
+
+def _steps_ended(running: RunningClaim, ended: StepsEnded) -> Outcome:
+    """Commit the steps with the write of their ending; a non-idempotent one's result survives a reconnect."""
+    claim, progress = running.claim, running.progress
+    # Each write carries a held-back progress report (no statement of its own); a checkpoint only one that is due.
+    match ended:
+        case Continued():
+            write = partial(transitions.commit_checkpoint, claim, ended.records, ended.state, ended.next_step,
+                            progress.take(if_due=True), ends_transaction=True)
+            outcome = Outcome.CONTINUED
+        case Completed():
+            write = partial(transitions.complete, claim, ended.records, ended.state, ended.output, progress.take(),
+                            ends_transaction=True)
+            outcome = Outcome.COMPLETED
+        case Suspended():
+            write = partial(transitions.suspend, claim, ended.records, ended.state, ended.next_step, ended.rows,
+                            progress.take())
+            outcome = Outcome.SUSPENDED
+        case Slept():
+            write = partial(transitions.sleep, claim, ended.records, ended.state, ended.next_step, ended.wake_at,
+                            progress.take())
+            outcome = Outcome.SLEPT
+    # The state was encoded once, to measure it: the write reuses that text.
+    with written_as(ended.state, ended.state_text) if ended.state_text else nullcontext():
+        reconnect.record(running, ended.safe, write)
+    running.effect_uncommitted = False
+    observe.steps_committed(claim, ended.records)
+    return outcome
 
 
 def _failed(running: RunningClaim, ended: Failed) -> Outcome:
