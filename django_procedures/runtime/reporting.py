@@ -60,17 +60,23 @@ def report_unknown_types(worker_id: str, types: Sequence[str]) -> None:
                        "the workers of their queues", count, type_name, newest, registry.versions([type_name])[0])
 
 
+def _start_up_failed(worker_id: str, error: DatabaseError, doing: str) -> None:
+    """A start-up read failed: an outage is reported once (``outage.watch``), anything else logged; the worker
+    carries on, on a fresh connection."""
+    if is_disconnect(error):
+        watch.lost(error, "start-up")
+    else:
+        logger.warning("worker %s: could not %s: %s", worker_id, doing, error)
+    connection.close()
+
+
 def tables_ready(worker_id: str) -> bool:
     """Raise ``ProceduresNotMigrated`` if the tables are missing; False when the database cannot be asked."""
     try:
         require_tables()
         return True
     except DatabaseError as error:
-        if is_disconnect(error):
-            watch.lost(error, "start-up")
-        else:
-            logger.warning("worker %s: could not check the tables: %s", worker_id, error)
-        connection.close()
+        _start_up_failed(worker_id, error, "check the tables")
         return False
 
 
@@ -89,11 +95,7 @@ def report_schedules(worker_id: str, created: Sequence[str], *, ticks: bool) -> 
         enabled = enabled_schedules()
         found = tickers() if enabled else []
     except DatabaseError as error:
-        if is_disconnect(error):
-            watch.lost(error, "start-up")
-        else:
-            logger.warning("worker %s: could not look for what ticks the schedules: %s", worker_id, error)
-        connection.close()
+        _start_up_failed(worker_id, error, "look for what ticks the schedules")
         return
     if found:
         if created:
