@@ -62,6 +62,14 @@ class Sizes:
     fleet_threads: int = 8
     fleet_pool: int = 20
     fleet_procedures: int = 10_000
+    #: The timers benchmark: sleeps timed one at a time (at ``pickup_rate``); sleepers due in the same instant,
+    #: and how far ahead of it they are seeded.
+    timer_precision: int = 200
+    timers_burst: int = 10_000
+    timers_lead: float = 5.0
+    #: The sleepers benchmark: procedures sleeping beside the drain, and the drain.
+    sleepers: int = 1_000_000
+    sleepers_drain: int = 20_000
 
 
 

@@ -148,3 +148,20 @@ class TreeParent(Procedure):
     @step
     def collect(self, ctx):
         return Status.done(output=len(ctx.children))
+
+
+class SleepThenStamp(Procedure):
+    """Sleeps until ``state["until"]`` (ISO, aware), then returns the wall-clock time its second step started
+    (the timer benchmarks: how late a wake-up is)."""
+
+    type_name = "bench.SleepThenStamp"
+
+    @step
+    def sleep(self, ctx):
+        from datetime import datetime
+
+        return Status.sleep(until=datetime.fromisoformat(self.state["until"]))
+
+    @step
+    def stamp(self, ctx):
+        return Status.done(output={"started": time.time()})
