@@ -112,3 +112,23 @@ def test_debounce_needs_a_key_and_one_procedure():
     with pytest.raises(TypeError, match="cannot make a child"):
         Reindex.using(debounce=5).child({})
     assert rows() == []
+
+
+def test_the_pending_procedure_keeps_its_queue_and_priority_and_takes_the_new_states_lock_keys():
+    from django_procedures import LockKey
+
+    class Keyed(Procedure):
+        type_name = "debounce.Keyed"
+
+        def lock_keys(self):
+            return [LockKey.exclusive(f"tenant:{self.state['tenant']}")]
+
+        @step
+        def run(self, ctx):
+            pass
+
+    with clock.frozen_at(T0):
+        first = Keyed.submit({"tenant": 1}, key="k", debounce=5, queue="a", priority=3)
+        Keyed.submit({"tenant": 2}, key="k", debounce=5, queue="b", priority=9)
+    run = ProcedureRun.objects.get(id=first.id)
+    assert (run.queue, run.priority, run.lock_keys) == ("a", 3, [["tenant:2", "exclusive"]])
