@@ -207,6 +207,20 @@ class ProcedureHandle:
         operations.retry(self.id, by=by)
         self._row = None
 
+    def rerun(self, from_step: str | None = None, *, by: str = "") -> ProcedureHandle:
+        """Start a new run of this final procedure from ``from_step`` (None: the first step, with the submitted
+        state) with the state committed just before that step; the handle of the new run.
+
+        The new run is linked to this one (``ProcedureRun.rerun_of``; this one's ``reruns``); it keeps the
+        queue, priority and lock keys, takes no idempotency key, parent or schedule. ``from_step`` may be an
+        old name listed in ``renamed_steps``. A ``ValueError`` saying why, and nothing written, for a procedure
+        that is not final, a step the type does not have or the run never reached, or a class of a lower
+        version than the run's. See docs/changing-procedures.md, "Re-running from a step".
+        """
+        from django_procedures.store import rerun
+
+        return ProcedureHandle(rerun.rerun(self.id, from_step, by=by), created=True)
+
 
 def checked_timeout(timeout: float | None, poll: float) -> float | None:
     """``timeout`` of a wait, ``None`` for infinity; ``ValueError``/``TypeError`` saying what to pass."""

@@ -257,6 +257,7 @@ class Procedure:
         priority: int | None = None,
         run_after: datetime | timedelta | float | None = None,
         key: str | None = None,
+        debounce: timedelta | float | None = None,
     ) -> SubmitOptions:
         """This class with submit options: ``.submit(state)``, ``.submit_many(states)``, ``.child(state)``.
 
@@ -265,7 +266,8 @@ class Procedure:
         """
         from django_procedures.submit_options import SubmitOptions
 
-        return SubmitOptions(procedure=cls, queue=queue, priority=priority, run_after=run_after, key=key)
+        return SubmitOptions(procedure=cls, queue=queue, priority=priority, run_after=run_after, key=key,
+                             debounce=debounce)
 
     @classmethod
     async def asubmit(
@@ -277,10 +279,11 @@ class Procedure:
         priority: int | None = None,
         run_after: datetime | timedelta | float | None = None,
         parent: Any = None,
+        debounce: timedelta | float | None = None,
     ) -> ProcedureHandle:
         """``submit()`` for async code (like ``Task.aenqueue``); outside a transaction it commits at once."""
-        return await cls.using(queue=queue, priority=priority, run_after=run_after, key=key).asubmit(
-            state, parent=parent)
+        return await cls.using(queue=queue, priority=priority, run_after=run_after, key=key,
+                               debounce=debounce).asubmit(state, parent=parent)
 
     @classmethod
     async def asubmit_many(
@@ -309,8 +312,13 @@ class Procedure:
         priority: int | None = None,
         run_after: datetime | timedelta | float | None = None,
         parent: Any = None,
+        debounce: timedelta | float | None = None,
     ) -> ProcedureHandle:
         """Submit one procedure in the caller's transaction; an existing ``key`` returns its handle.
+
+        With ``debounce`` (a ``timedelta`` or seconds; needs ``key``): while the procedure with ``key`` has
+        not been claimed, this submit replaces its state and makes it due ``debounce`` from now; otherwise it
+        submits a new one due then (the key moves to it).
 
         On the class, ``MyProcedure.submit(state, ...)`` submits ``state``. On
         an instance, ``MyProcedure(state, queue=...).submit()`` submits the
@@ -319,7 +327,7 @@ class Procedure:
         """
         from django_procedures import submitting
 
-        given = Options(key=key, queue=queue, priority=priority, run_after=run_after)
+        given = Options(key=key, queue=queue, priority=priority, run_after=run_after, debounce=debounce)
         if not isinstance(target, Procedure):
             return submitting.submit_one(target, state, given, parent=parent)
         cls = type(target)

@@ -29,12 +29,14 @@ class SubmitOptions:
     priority: int | None = None
     run_after: datetime | timedelta | float | None = None
     key: str | None = None
+    debounce: timedelta | float | None = None
     #: The options checked, once, where they are written; what the submits below carry down.
     _options: Options = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_options", Options(queue=self.queue, priority=self.priority,
-                                                     run_after=self.run_after, key=self.key))
+                                                     run_after=self.run_after, key=self.key,
+                                                     debounce=self.debounce))
 
     def using(
         self,
@@ -43,9 +45,11 @@ class SubmitOptions:
         priority: int | None = None,
         run_after: datetime | timedelta | float | None = None,
         key: str | None = None,
+        debounce: timedelta | float | None = None,
     ) -> SubmitOptions:
         """A copy with the options given here changed."""
-        changes: dict[str, Any] = {"queue": queue, "priority": priority, "run_after": run_after, "key": key}
+        changes: dict[str, Any] = {"queue": queue, "priority": priority, "run_after": run_after, "key": key,
+                                   "debounce": debounce}
         return dataclasses.replace(self, **{name: value for name, value in changes.items() if value is not None})
 
     def submit(self, state: Mapping[str, Any] | None = None, *, parent: Any = None) -> ProcedureHandle:
@@ -87,6 +91,9 @@ class SubmitOptions:
         Children are created once, with the parent's checkpoint, so they take
         no idempotency key.
         """
+        if self.debounce is not None:
+            raise TypeError("using(debounce=...) cannot make a child: children are created once, with their "
+                            "parent's checkpoint; drop debounce=")
         if self.key is not None:
             raise TypeError(f"using(key={self.key!r}) cannot make a child: children are created once, with their "
                             "parent's checkpoint, and take no idempotency key; drop key=")

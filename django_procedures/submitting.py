@@ -68,12 +68,19 @@ def new_run(cls: type[Procedure], state: Mapping[str, Any] | None, options: Opti
         type_name=cls.type_name, version=cls.version, state=plain, step_name=cls.steps[0].name,
         queue=options.queue if options.queue is not None else cls.queue or conf.DEFAULT_QUEUE,
         priority=cls.priority if options.priority is None else options.priority,
-        run_at=checks.run_at(options.run_after, now), key=options.key, lock_keys=lock_keys_of(cls, plain))
+        run_at=checks.run_at(options.run_after if options.debounce is None else options.debounce, now),
+        key=options.key, lock_keys=lock_keys_of(cls, plain))
 
 
 def submit_one(cls: type[Procedure], state: Mapping[str, Any] | None, options: Options, *,
                parent: Any = None) -> ProcedureHandle:
-    """Submit one procedure in the caller's transaction; an existing ``options.key`` returns its handle."""
+    """Submit one procedure in the caller's transaction; an existing ``options.key`` returns its handle.
+
+    With ``options.debounce`` the key's procedure, while no worker has claimed it, takes the new state and
+    becomes due ``debounce`` from now (``store.debounce``).
+    """
+    if options.debounce is not None:
+        return _submit_debounced(cls, state, options, parent)
     (handle,) = _submit(cls, [state], [options], parent)
     return handle
 
@@ -86,6 +93,9 @@ def submit_many(cls: type[Procedure], states: Iterable[Mapping[str, Any] | None]
                         "To submit one procedure, use submit(state)")
     if keys is not None and isinstance(keys, Mapping | str | bytes):
         raise TypeError(f"keys must be a list with one key (or None) per state; got {type(keys).__name__}")
+    if options.debounce is not None:
+        raise ValueError("debounce keeps one pending procedure per key, so submit_many() does not take it; "
+                         "submit each state with submit(state, key=..., debounce=...)")
     states = list(states)
     if keys is None:
         return _submit(cls, states, [options] * len(states), parent)
@@ -106,6 +116,23 @@ def _submit(cls: type[Procedure], states: Sequence[Mapping[str, Any] | None], op
     runs = [new_run(cls, state, each, now=now, where="state" if len(states) == 1 else f"states[{i}]")
             for i, (state, each) in enumerate(zip(states, options, strict=True))]
     return [ProcedureHandle(s.id, created=s.created) for s in submit_runs(runs, now=now, parent=parent)]
+
+
+def _submit_debounced(cls: type[Procedure], state: Mapping[str, Any] | None, options: Options,
+                      parent: Any) -> ProcedureHandle:
+    from django_procedures.handle import ProcedureHandle
+    from django_procedures.store.debounce import submit_debounced
+
+    if options.key is None:
+        raise ValueError("debounce needs a key: it keeps one pending procedure per key; pass key='...' naming "
+                         "the work to debounce (e.g. f'reindex:{user_id}')")
+    if parent is not None:
+        raise ValueError("debounce cannot be used with parent: children are added to a running procedure once; "
+                         "drop debounce= or parent=")
+    now = clock.now()
+    run = new_run(cls, state, options, now=now)
+    submitted = submit_debounced(run, now=now)
+    return ProcedureHandle(submitted.id, created=submitted.created)
 
 
 def child_runs(children: Sequence[Procedure], now: datetime) -> list[NewRun]:

@@ -32,6 +32,7 @@ from django_procedures.admin.filters import LIST_FILTER, distinct_values
 from django_procedures.admin.page import page_context
 from django_procedures.admin.reads import ROW_FIELDS, step_total
 from django_procedures.admin.redaction import NoJsonLookups
+from django_procedures.admin.rerun import RERUN, links
 from django_procedures.admin.why import first_line, sleeping_until
 from django_procedures.models import ProcedureRun
 from django_procedures.policy import ids
@@ -60,7 +61,7 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     paginator = EstimatedCountPaginator
-    actions = ("retry_selected", "cancel_selected")
+    actions = ("retry_selected", "cancel_selected", "rerun_selected")
     action_fields = ROW_FIELDS
     action_ordering = ("-created_at", "-id")
     change_list_template = f"{TEMPLATES}/change_list.html"
@@ -87,6 +88,10 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
     def has_cancel_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return self.has_view_permission(request) and request.user.has_perm(
             f"{self.opts.app_label}.cancel_procedurerun")
+
+    def has_rerun_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.has_view_permission(request) and request.user.has_perm(
+            f"{self.opts.app_label}.rerun_procedurerun")
 
     # -- the list ----------------------------------------------------------------------------
 
@@ -173,6 +178,7 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
             path("dashboard/", wrap(self.dashboard_view), name=f"{prefix}_dashboard"),
             path("<path:object_id>/retry/", wrap(self.retry_view), name=f"{prefix}_retry"),
             path("<path:object_id>/cancel/", wrap(self.cancel_view), name=f"{prefix}_cancel"),
+            path("<path:object_id>/rerun/", wrap(self.rerun_view), name=f"{prefix}_rerun"),
             *super().get_urls(),
         ]
 
@@ -196,6 +202,9 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
             "retry_url": reverse(self._url_name("retry"), args=[run.pk]),
             "cancel_url": reverse(self._url_name("cancel"), args=[run.pk]),
             "history_url": reverse(self._url_name("history"), args=[run.pk]),
+            "can_rerun": self.has_rerun_permission(request, run),
+            "rerun_url": reverse(self._url_name("rerun"), args=[run.pk]),
+            **links(run),
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name
@@ -229,6 +238,13 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
     @admin.action(description=_("Cancel selected procedures and their sub-procedures"), permissions=["cancel"])
     def cancel_selected(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
         return self.confirm(request, queryset, CANCEL, from_action=True)
+
+    @admin.action(description=_("Re-run selected final procedures from a step…"), permissions=["rerun"])
+    def rerun_selected(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        return self.confirm(request, queryset, RERUN, from_action=True)
+
+    def rerun_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self.button_view(request, object_id, RERUN)
 
     def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return self.button_view(request, object_id, RETRY)

@@ -229,10 +229,12 @@ class Migration(migrations.Migration):
                 ('waiting_for', models.CharField(blank=True, db_default='', default='', max_length=10)),
                 ('wake_at', models.DateTimeField(blank=True, null=True)),
                 ('version', models.PositiveIntegerField(db_default=1, default=1)),
+                ('submitted_state', models.JSONField(blank=True, encoder=django_procedures.policy.state.StateEncoder, null=True)),
+                ('rerun_of', models.ForeignKey(blank=True, db_constraint=False, db_index=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='reruns', to='django_procedures.procedurerun')),
             ],
             options={
                 'verbose_name': 'procedure',
-                'permissions': [('retry_procedurerun', 'Can retry failed procedures'), ('cancel_procedurerun', 'Can cancel procedures and their sub-procedures')],
+                'permissions': [('retry_procedurerun', 'Can retry failed procedures'), ('cancel_procedurerun', 'Can cancel procedures and their sub-procedures'), ('rerun_procedurerun', 'Can re-run finished procedures from a step')],
             },
         ),
         migrations.CreateModel(
@@ -383,6 +385,10 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name='procedurerun',
             index=models.Index(condition=models.Q(('schedule__isnull', False)), fields=['schedule', 'created_at', 'id'], name='procedures_schedule_idx'),
+        ),
+        migrations.AddIndex(
+            model_name='procedurerun',
+            index=models.Index(condition=models.Q(('rerun_of__isnull', False)), fields=['rerun_of'], name='procedures_rerun_of_idx'),
         ),
         migrations.AddConstraint(
             model_name='procedurerun',

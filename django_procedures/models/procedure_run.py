@@ -129,6 +129,13 @@ class ProcedureRun(StoreWritten):
     # The W3C trace context (``{"traceparent": ..., "tracestate": ...}``) of the span current at submit, when
     # OpenTelemetry is in use; the worker's claim spans are its children (see runtime/tracing.py).
     trace_context = models.JSONField(null=True, blank=True)
+    # The state as submitted, kept for a re-run from the first step (``state`` holds the last checkpoint's).
+    submitted_state = models.JSONField(null=True, blank=True, encoder=StateEncoder)
+    # A re-run (``ProcedureHandle.rerun``): the final run it started again from one of its checkpoints. Not
+    # enforced by PostgreSQL, like ``parent`` (docs/scaling.md, "Foreign keys"); a pruned original leaves it
+    # dangling, which the pages show as "pruned".
+    rerun_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="reruns",
+                                 db_index=False, db_constraint=False)
 
     objects = ProcedureRunQuerySet.as_manager()
     _writer = _WritableRunQuerySet.as_manager()  # the store's door; see models/readonly.py
@@ -193,10 +200,13 @@ class ProcedureRun(StoreWritten):
             # A schedule's runs, newest first (the admin's schedule filter); partial: most runs have no schedule.
             models.Index(fields=["schedule", "created_at", "id"], condition=Q(schedule__isnull=False),
                          name="procedures_schedule_idx"),
+            # A run's re-runs (its page links them); partial: most runs are no re-run.
+            models.Index(fields=["rerun_of"], condition=Q(rerun_of__isnull=False), name="procedures_rerun_of_idx"),
         ]
         permissions = [
             ("retry_procedurerun", "Can retry failed procedures"),
             ("cancel_procedurerun", "Can cancel procedures and their sub-procedures"),
+            ("rerun_procedurerun", "Can re-run finished procedures from a step"),
         ]
 
     def __str__(self) -> str:

@@ -107,6 +107,23 @@ def run_at(run_after: datetime | timedelta | float | None, now: datetime, where:
         raise ValueError(f"{where}={run_after!r} from now is past the year 9999; pass a shorter delay") from None
 
 
+def check_debounce(debounce: Any, where: str = "debounce") -> timedelta | None:
+    """How long a debounced submit waits for the next one: a ``timedelta`` or a number of seconds, at least 0."""
+    if debounce is None:
+        return None
+    if isinstance(debounce, bool) or not isinstance(debounce, int | float | timedelta):
+        raise TypeError(f"{where} must be a timedelta or a number of seconds; got {_name(debounce)} {debounce!r}")
+    if isinstance(debounce, timedelta):
+        seconds = debounce.total_seconds()
+    else:
+        seconds = debounce
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{where} must be a finite delay of at least 0 seconds; got {debounce!r}")
+    if seconds >= RUN_AFTER_SECONDS_MAX:
+        raise ValueError(f"{where}={debounce!r} is over 31 years; pass a delay in seconds or a timedelta")
+    return debounce if isinstance(debounce, timedelta) else timedelta(seconds=seconds)
+
+
 @dataclass(frozen=True, slots=True)
 class Options:
     """The submit options as one value, checked when it is made; ``None`` leaves an option to the class.
@@ -121,13 +138,18 @@ class Options:
     priority: int | None = None
     run_after: datetime | timedelta | float | None = None  # a number is kept as a timedelta
     key: str | None = None
-    # A later option (debounce) joins here, checked in __post_init__ like the others.
+    #: While the procedure with ``key`` is not claimed, a submit replaces its state and moves it to now + this.
+    debounce: timedelta | float | None = None  # a number is kept as a timedelta
 
     def __post_init__(self) -> None:
         check_queue(self.queue)
         check_priority(self.priority)
         check_key(self.key)
         object.__setattr__(self, "run_after", check_run_after(self.run_after))
+        object.__setattr__(self, "debounce", check_debounce(self.debounce))
+        if self.debounce is not None and self.run_after is not None:
+            raise ValueError("give run_after or debounce, not both: a debounced procedure is due debounce after "
+                             "the last submit")
 
     def given(self) -> dict[str, Any]:
         """The options that are set, by name."""

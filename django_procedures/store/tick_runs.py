@@ -166,7 +166,7 @@ def _statement() -> tuple[str, dict[str, Any]]:
         columns.append(quote(f.column))
         db_type = f.db_type(connection) or "text"
         cast = "text" if db_type.startswith("varchar") else db_type
-        if f.column in ("type_name", "state"):  # the schedule's procedure and state
+        if f.column in ("type_name", "state", "submitted_state"):  # the schedule's procedure and state
             source = Schedule._meta.get_field("procedure" if f.column == "type_name" else "state")
             assert isinstance(source, models.Field)  # a concrete column, not a relation
             values.append(f"s.{quote(source.column)}")

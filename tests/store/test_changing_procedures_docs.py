@@ -196,3 +196,40 @@ def test_going_back_to_an_older_version_leaves_newer_runs_waiting():
     assert row.status == "ready"
     (reason,) = explain(facts_of(row), T0)
     assert reason.text.startswith("written by version 3 of docs.Invoice, newer than version 2 in this code")
+
+
+def test_re_run_the_failed_orders_from_the_step_that_was_wrong():
+    from django_procedures import NonRetryable, get_handle
+
+    with deployed():  # the fix is deployed by the flag below; the class is the same
+        bug = {"on": True}
+
+        class Order(Procedure):
+            type_name = "shop.Order"
+
+            @step
+            def reserve(self, ctx):
+                self.state["reserved"] = True
+
+            @step
+            def charge(self, ctx):
+                if bug["on"]:
+                    raise NonRetryable("amount in euros, not cents")
+                self.state["charged"] = self.state["cents"]
+
+            @step
+            def ship(self, ctx):
+                return Status.done(output=self.state)
+
+        orders = [Order.submit({"cents": n}, run_after=T0) for n in range(3)]
+        drain(now=T0)
+        bug["on"] = False  # the fix is deployed
+
+        failed = (ProcedureRun.objects.filter(type_name="shop.Order", status="failed", failed_step="charge")
+                  .order_by("-created_at").values_list("id", flat=True)[:500])
+        reruns = [get_handle(procedure_id).rerun(from_step="charge") for procedure_id in failed]
+        drain(now=T0)
+        assert sorted(h.refresh().output["charged"] for h in reruns) == [0, 1, 2]
+        assert {names(h)[0] for h in reruns} == {"charge"}  # reserve did not run again
+        assert {h.refresh().status for h in orders} == {"failed"}  # the originals stay as they were
+        assert {ProcedureRun.objects.get(id=h.id).rerun_of_id for h in reruns} == {h.id for h in orders}

@@ -295,6 +295,7 @@ def test_a_removed_step_fails_naming_both_versions_and_is_retried_by_hand_after_
 @pytest.mark.parametrize(("bad", "fragment"), [
     ("raise", "ValueError: no currency"),
     ("list", "it must return the state as a dict (a JSON object); got list"),
+    ("none", "it must return the state as a dict (a JSON object); got NoneType"),
     ("nan", "the state it returned cannot be stored"),
 ])
 def test_upgrade_state_that_raises_or_returns_no_object_fails_that_run_only(bad, fragment):
@@ -318,6 +319,8 @@ def test_upgrade_state_that_raises_or_returns_no_object_fails_that_run_only(bad,
                 raise ValueError("no currency")
             if state["bad"] == "list":
                 return [state]
+            if state["bad"] == "none":
+                return None
             if state["bad"] == "nan":
                 return {"amount": float("nan")}
             return {**state, "currency": "EUR"}
