@@ -223,3 +223,22 @@ def test_schedules_list_pause_resume_trigger():
     assert cli("schedules", "trigger", "cli-reports", "--json").json()["started"] == 1
     assert cli("schedules", "pause", "nope").code == 1
     assert cli("schedules", "list", "--json").json()["schedules"][0]["name"] == "cli-reports"
+
+
+@pytest.mark.parametrize("args", [["list", "--type", "a\x00b"], ["list", "--error", "\x00"],
+                                  ["schedules", "pause", "x\x00"], ["show", "\x00"]])
+def test_a_nul_character_is_refused_not_a_database_error(args):
+    result = cli(*args)
+    assert result.code == 1
+    assert "NUL" in result.err or "not a procedure id" in result.err
+
+
+@pytest.mark.parametrize("age", ["9999999d", "99999999999d", "0s", "-3d", "soon"])
+def test_ages_out_of_range_are_bad_usage(age):
+    assert cli("list", "--since", age).code == 2
+
+
+def test_an_iso_time_is_an_age_too():
+    ThreeSteps.submit({})
+    assert len(cli("list", "--since", "2000-01-01", "--json").json()["procedures"]) == 1
+    assert cli("list", "--older-than", "2000-01-01T00:00+00:00").code == 1

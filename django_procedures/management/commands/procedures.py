@@ -36,8 +36,17 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         out = Output(self.stdout, self.stderr, as_json=bool(options.get("json")))
         try:
+            _no_nul(options)
             subcommand(options["subcommand"]).run(options, out)
         except Usage as usage:
             self.parsers[options["subcommand"]].error(str(usage))  # the usage line; exit 2 from a shell
         except (Refused, InvalidOperation) as refusal:
             raise CommandError(" ".join(str(refusal).split()), returncode=1) from None
+
+
+def _no_nul(options: dict[str, Any]) -> None:
+    """No column holds a NUL character (PostgreSQL refuses it in text): refused here, not a database error."""
+    for name, value in options.items():
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and "\x00" in v for v in values):
+            raise Refused(f"--{name.replace('_', '-')} cannot contain a NUL character; no stored value has one")
