@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from django_procedures.cli.common import has_filters
+from django_procedures.cli.common import has_filters, newest
 from django_procedures.cli.output import Output, Usage
 from django_procedures.models import ProcedureRun
 
@@ -38,8 +38,7 @@ def by_filter(options: dict[str, Any], *, flag: str, chosen: bool) -> bool:
 def select(queryset: Any, options: dict[str, Any]) -> list[ProcedureRun]:
     """The newest ``--limit`` procedures of ``queryset`` (one index range; never a count)."""
     limit = options["limit"]
-    runs = list(queryset.only(*FIELDS)[: limit + 1])
-    return runs[:limit]
+    return newest(queryset.only(*FIELDS), limit, options)
 
 
 def report_plan(out: Output, verb: str, runs: Sequence[ProcedureRun], refusals: dict[Any, str],

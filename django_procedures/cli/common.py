@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.db import connections
 from django.db.models import Q
 from django.utils import timezone
 
@@ -18,6 +19,7 @@ from django_procedures.cli.output import Refused
 from django_procedures.models import ProcedureRun
 from django_procedures.policy.durations import parse_duration
 from django_procedures.policy.status import RunStatus
+from django_procedures.store.overview import newest_matches_first
 
 
 def actor() -> str:
@@ -131,6 +133,25 @@ def filtered(options: dict[str, Any], base: Any = None) -> Any:
         # As the admin's search: `error <> ''` lets PostgreSQL use the trigram index, which holds only errors.
         qs = qs.filter(Q(error__icontains=term) & ~Q(error="")).exclude(status=RunStatus.DONE)
     return qs.order_by("-created_at", "-id")
+
+
+#: Matches of ``--error`` above which the newest are found by walking the errors newest first (as the admin does).
+ERROR_WALK_ABOVE = 10_000
+
+
+def newest(queryset: Any, n: int, options: dict[str, Any]) -> list[Any]:
+    """The first ``n`` rows of the filtered ``queryset`` (newest first).
+
+    Words common to many errors: PostgreSQL would read every match through the
+    trigram index and sort them; past ``ERROR_WALK_ABOVE`` matches (a capped
+    count) the newest are read by walking ``procedures_error_created_idx``
+    instead (``store.overview.newest_matches_first``).
+    """
+    page = queryset[:n]
+    if (options.get("error") and connections[queryset.db].vendor == "postgresql"
+            and queryset.order_by()[: ERROR_WALK_ABOVE + 1].count() > ERROR_WALK_ABOVE):
+        return newest_matches_first(page)
+    return list(page)
 
 
 def ago(seconds: float) -> str:

@@ -8,7 +8,15 @@ from typing import Any
 from django.db.models import Q
 
 from django_procedures import clock
-from django_procedures.cli.common import add_filters, ago, describe_filters, filtered, has_filters, procedure_id
+from django_procedures.cli.common import (
+    add_filters,
+    ago,
+    describe_filters,
+    filtered,
+    has_filters,
+    newest,
+    procedure_id,
+)
 from django_procedures.cli.output import Output, Refused
 from django_procedures.models import ProcedureRun
 
@@ -52,7 +60,7 @@ def run(options: dict[str, Any], out: Output) -> None:
             raise Refused(f"procedure {anchor} does not exist; --before takes an id of a listed procedure")
         # Keyset: (created_at, id) < the anchor's, the list indexes' own order.
         qs = qs.filter(Q(created_at__lt=at) | Q(created_at=at, id__lt=anchor))
-    rows = list(qs.only(*FIELDS)[: limit + 1])
+    rows = newest(qs.only(*FIELDS), limit + 1, options)
     more, rows = len(rows) > limit, rows[:limit]
     if out.as_json:
         out.document({"procedures": [as_dict(r) for r in rows], "limit": limit, "more": more,

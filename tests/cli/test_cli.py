@@ -242,3 +242,16 @@ def test_an_iso_time_is_an_age_too():
     ThreeSteps.submit({})
     assert len(cli("list", "--since", "2000-01-01", "--json").json()["procedures"]) == 1
     assert cli("list", "--older-than", "2000-01-01T00:00+00:00").code == 1
+
+
+@pytest.mark.postgres
+def test_error_words_common_to_many_errors_walk_the_errors_newest_first(monkeypatch):
+    from django_procedures.cli import common
+
+    walked = []
+    monkeypatch.setattr(common, "ERROR_WALK_ABOVE", 1)
+    monkeypatch.setattr(common, "newest_matches_first", lambda qs: walked.append(1) or list(qs))
+    ids = failed(3)
+    doc = cli("list", "--error", "tenant", "--limit", "2", "--json").json()
+    assert [p["id"] for p in doc["procedures"]] == [str(i) for i in reversed(ids)][:2]
+    assert walked == [1]
