@@ -67,8 +67,8 @@ def run(options: dict[str, Any], out: Output) -> None:
                       "next_before": str(rows[-1].id) if more else None})
     elif rows:
         now = clock.now()
-        out.table(["id", "status", "type", "queue", "step", "try", "age", "error"],
-                  [[str(r.id), r.status, r.type_name, r.queue, r.step_name or str(r.step), str(r.attempt),
+        out.table(["id", "status", "type", "queue", "step", "age", "error"],
+                  [[str(r.id), r.status, r.type_name, r.queue, r.step_name or str(r.step),
                     ago((now - r.created_at).total_seconds()), r.error or "-"] for r in rows])
         if more:
             out.note(f"more procedures match; the next page: --before {rows[-1].id}")

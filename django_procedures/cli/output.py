@@ -27,12 +27,16 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+#: Columns never cut: an operator copies their values into the next command.
+WHOLE = frozenset({"id", "worker", "name"})
+
+
 def fit(columns: Sequence[str], rows: Sequence[Sequence[str]], width: int = WIDTH) -> list[str]:
     """``columns`` and ``rows`` as aligned lines no longer than ``width``: the widest columns are cut first
-    (a cut cell ends in ``…``), never below their header's length."""
+    (a cut cell ends in ``…``), never below their header's length, and the ``WHOLE`` columns never."""
     rows = [[one_line(cell) for cell in row] for row in rows]
     widths = [max([len(c), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)]
-    floor = [max(len(c), 4) for c in columns]
+    floor = [widths[i] if c in WHOLE else max(len(c), 4) for i, c in enumerate(columns)]
     gaps = 2 * (len(columns) - 1)
     while sum(widths) + gaps > width:
         i = max(range(len(widths)), key=lambda k: (widths[k] - floor[k] > 0, widths[k]))

@@ -255,3 +255,12 @@ def test_error_words_common_to_many_errors_walk_the_errors_newest_first(monkeypa
     doc = cli("list", "--error", "tenant", "--limit", "2", "--json").json()
     assert [p["id"] for p in doc["procedures"]] == [str(i) for i in reversed(ids)][:2]
     assert walked == [1]
+
+
+def test_tables_cut_the_widest_cells_but_never_an_id():
+    from django_procedures.cli.output import fit
+
+    long_id = "0190d7a2-5c3e-7b1a-9f00-2d4e6a8b0c1d"
+    lines = fit(["id", "type", "error"], [[long_id, "t" * 60, "e" * 80]])
+    assert all(len(line) <= WIDTH for line in lines)
+    assert long_id in lines[1] and lines[1].endswith("…")
