@@ -23,16 +23,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
 
-def by_filter(options: dict[str, Any], *, flag: str, chosen: bool) -> bool:
-    """Whether the procedures are selected by filters (else by ids); ids with filters, or neither, is bad usage."""
-    filters = chosen or has_filters(options)
-    if options["ids"] and filters:
-        raise Usage(f"give ids or filters ({flag}, --type, ...), not both")
-    if not options["ids"] and not filters:
-        raise Usage(f"give procedure ids, or {flag} and filters to select them")
+def by_filter(options: dict[str, Any], *, filters: str, chosen: bool = False) -> bool:
+    """Whether the procedures are selected by filters (else by ids); ids with filters, or neither, is bad usage.
+
+    ``filters`` says how to select by filters (for the message); ``chosen``: a flag asked for them.
+    """
+    by_filters = chosen or has_filters(options)
+    if options["ids"] and by_filters:
+        raise Usage(f"give procedure ids or {filters}, not both")
+    if not options["ids"] and not by_filters:
+        raise Usage(f"give procedure ids, or {filters}")
     if options["limit"] < 1:
         raise Usage(f"--limit must be at least 1; got {options['limit']}")
-    return filters
+    return by_filters
 
 
 def select(queryset: Any, options: dict[str, Any]) -> list[ProcedureRun]:

@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(options: dict[str, Any], out: Output) -> None:
-    if bulk.by_filter(options, flag="--status", chosen=False):
+    if bulk.by_filter(options, filters="filters (--status, --type, --queue, --since, ...)"):
         base = None if options.get("status") else ProcedureRun.objects.filter(status__in=UNFINISHED)
         runs = bulk.select(filtered(options, base), options)
         if not runs:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import os
 import uuid
 from collections.abc import Sequence
@@ -53,6 +54,14 @@ def require_known(ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, ProcedureRun]:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise Refused(f"procedure {missing[0]} does not exist{more}; nothing was changed")
     return found
+
+
+def json_argument(text: str, flag: str) -> Any:
+    """The value of a JSON option (e.g. ``--payload``); text that is not JSON is refused in one line (exit 1)."""
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise Refused(f"{flag} is not JSON ({error}); give e.g. {flag} '{{\"amount\": 10}}'") from None
 
 
 def age(text: str) -> timedelta | datetime:

@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(options: dict[str, Any], out: Output) -> None:
-    by_filter = bulk.by_filter(options, flag="--failed", chosen=options["failed"])
+    by_filter = bulk.by_filter(options, filters="--failed with filters (--type, --queue, --since, ...)",
+                              chosen=options["failed"])
     if by_filter:
         base = ProcedureRun.objects.filter(status=RunStatus.FAILED, failure_can_retry=True)  # the retryable index
         runs = bulk.select(filtered(options, base), options)

@@ -264,3 +264,38 @@ def test_tables_cut_the_widest_cells_but_never_an_id():
     lines = fit(["id", "type", "error"], [[long_id, "t" * 60, "e" * 80]])
     assert all(len(line) <= WIDTH for line in lines)
     assert long_id in lines[1] and lines[1].endswith("…")
+
+
+def test_workers_gone_and_stopped():
+    from django_procedures.models import Worker
+    from django_procedures.policy.workers import StopReason
+    from django_procedures.store import workers
+
+    stopped = workers.register(worker_id="w-stopped", hostname="h", pid=1, version="t", queues=[], concurrency=1,
+                               lease_seconds=30)
+    workers.stop(stopped, StopReason.SIGTERM, "bye")
+    gone = workers.register(worker_id="w-gone", hostname="h", pid=2, version="t", queues=[], concurrency=1,
+                            lease_seconds=30)
+    Worker._writer.filter(id=gone).update(alive_until=Worker.objects.get(id=gone).started_at - timedelta(hours=1))
+    states = {w["worker_id"]: w["state"] for w in cli("workers", "--json").json()["workers"]}
+    assert states == {"w-stopped": "stopped", "w-gone": "gone"}
+    assert [w["worker_id"] for w in cli("workers", "--state", "gone", "--json").json()["workers"]] == ["w-gone"]
+
+
+def test_a_json_option_that_is_not_json_is_refused_in_one_line():
+    from django_procedures.cli.common import json_argument
+    from django_procedures.cli.output import Refused
+
+    assert json_argument('{"a": [1]}', "--payload") == {"a": [1]}
+    with pytest.raises(Refused, match=r"^--payload is not JSON \(.*\); give e\.g\. --payload"):
+        json_argument("{nope", "--payload")
+
+
+def test_every_subcommand_is_one_module_with_help_arguments_and_run():
+    import importlib
+
+    from django_procedures.cli import SUBCOMMANDS
+
+    for name, path in SUBCOMMANDS.items():
+        module = importlib.import_module(path)
+        assert module.HELP and callable(module.add_arguments) and callable(module.run), name

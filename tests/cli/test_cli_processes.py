@@ -18,7 +18,7 @@ from tests.runtime.processes import MANAGE, ROOT, worker_database_env
 pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.mark.parametrize("args", [["nope"], ["list", "--status", "bogus"], ["list", "--since", "yesterday"],
+@pytest.mark.parametrize("args", [[], ["nope"], ["list", "--status", "bogus"], ["list", "--since", "yesterday"],
                                   ["retry"], ["cancel"], ["show"], ["schedules"], ["stats", "--window", "0"],
                                   ["retry", "--failed", str(uuid.uuid4())]])
 def test_bad_usage_exits_2_with_the_usage_line(args):
