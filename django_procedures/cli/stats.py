@@ -76,10 +76,12 @@ def run(options: dict[str, Any], out: Output) -> None:
     for row in doc["finished"]:
         by_status[row["status"]] += row["count"]
         by_type[row["type"]][row["status"]] += row["count"]
-    floor = "at least " if doc["capped_statuses"] else ""
-    out.line(f"unfinished now, and finished in the last {window} min"
-             + (f" ({floor}{doc['count_cap']:,} read per status)" if doc["capped_statuses"] else ""))
-    out.table(["status", "count"], [[s.value, f"{by_status.get(s.value, 0):,}"] for s in RunStatus])
+    capped = set(doc["capped_statuses"])
+    out.line(f"unfinished now, and finished in the last {window} min")
+    out.table(["status", "count"], [[s.value, ("at least " if s.value in capped else "")
+                                     + f"{by_status.get(s.value, 0):,}"] for s in RunStatus])
+    if capped:
+        out.line(f"(at most {doc['count_cap']:,} rows are read per status: PROCEDURES['METRICS_COUNT_CAP'])")
     shown = [s.value for s in RunStatus if any(by_type[t].get(s.value) for t in by_type)]
     if by_type:
         out.line()

@@ -299,3 +299,12 @@ def test_every_subcommand_is_one_module_with_help_arguments_and_run():
     for name, path in SUBCOMMANDS.items():
         module = importlib.import_module(path)
         assert module.HELP and callable(module.add_arguments) and callable(module.run), name
+
+
+def test_stats_counts_are_capped_and_say_so(settings):
+    settings.PROCEDURES = {"METRICS_COUNT_CAP": 2}
+    for _ in range(4):
+        ThreeSteps.submit({})
+    doc = cli("stats", "--json").json()
+    assert doc["capped_statuses"] == ["ready"]
+    assert "at least 3" in cli("stats").out  # the rows read: a floor
