@@ -1,24 +1,25 @@
 """The operator's two actions, as plain functions: plan (read-only) and perform (through the store).
 
 The admin views call these; tests can too, without a request. Performing
-never writes a column here: each procedure goes through
+never writes a column here: ``django_procedures.store.batches`` (shared with
+``manage.py procedures``) takes each procedure through
 ``django_procedures.store.operations.retry`` or ``cancel``, one transaction each.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django_procedures.admin.display import step_label
 from django_procedures.admin.reads import step_total, subtrees
-from django_procedures.exceptions import InvalidOperation
 from django_procedures.models import ProcedureRun, Schedule
 from django_procedures.policy.status import FINAL, RunStatus
 from django_procedures.policy.tree_retry import Revival
 from django_procedures.store import operations
+from django_procedures.store.batches import CancelReport, RetryReport, cancel_procedures, retry_procedures
 
 # -- retry -------------------------------------------------------------------------------------
 
@@ -75,31 +76,6 @@ def _retry_item(run: ProcedureRun, parent: Any, schedule: Schedule | None) -> Re
     return RetryPlanItem(run, True, change, tree.descendants)
 
 
-@dataclass(frozen=True)
-class RetryReport:
-    """What ``retry_procedures`` did: the ids retried, the ones refused with the store's reason, and for each
-    retried parent failed by its children the descendants retried with it."""
-
-    retried: tuple[uuid.UUID, ...] = ()
-    refused: tuple[tuple[uuid.UUID, str], ...] = ()
-    descendants: dict[uuid.UUID, tuple[uuid.UUID, ...]] = field(default_factory=dict)
-
-
-def retry_procedures(ids: Sequence[uuid.UUID], *, by: str) -> RetryReport:
-    """Retry each procedure through ``store.operations.retry``; a refusal is reported, not raised."""
-    retried, refused, descendants = [], [], {}
-    for pid in ids:
-        try:
-            tree = operations.retry(pid, by=by)
-        except InvalidOperation as error:
-            refused.append((pid, str(error)))
-        else:
-            retried.append(pid)
-            if tree.descendants:
-                descendants[pid] = tuple(r.member.id for r in tree.descendants)
-    return RetryReport(tuple(retried), tuple(refused), descendants)
-
-
 # -- cancel ------------------------------------------------------------------------------------
 
 
@@ -138,39 +114,5 @@ def plan_cancel(ids: Iterable[Any]) -> list[CancelPlanItem]:
     return items
 
 
-@dataclass(frozen=True)
-class CancelReport:
-    """What ``cancel_procedures`` did: per selected procedure the ids cancelled, and the ones unchanged."""
-
-    cancelled: dict[uuid.UUID, tuple[uuid.UUID, ...]] = field(default_factory=dict)
-    unchanged: tuple[tuple[uuid.UUID, str], ...] = ()
-
-    @property
-    def count(self) -> int:
-        return sum(len(ids) for ids in self.cancelled.values())
-
-
-def cancel_procedures(ids: Sequence[uuid.UUID], *, by: str) -> CancelReport:
-    """Cancel each procedure and its unfinished subtree through ``store.operations.cancel``, ancestors first."""
-    depth = dict(ProcedureRun.objects.filter(id__in=list(ids)).values_list("id", "depth"))
-    cancelled: dict[uuid.UUID, tuple[uuid.UUID, ...]] = {}
-    unchanged = []
-    done: set[uuid.UUID] = set()
-    for pid in sorted(depth, key=lambda p: (depth[p], str(p))):
-        if pid in done:
-            unchanged.append((pid, f"procedure {pid} was cancelled with an ancestor selected with it"))
-            continue
-        try:
-            result = operations.cancel(pid, by=by)
-        except InvalidOperation as error:
-            unchanged.append((pid, str(error)))
-            continue
-        if result.changed:
-            cancelled[pid] = tuple(uuid.UUID(str(c)) for c in result.cancelled)
-            done |= set(cancelled[pid])
-        else:
-            unchanged.append((pid, result.message))
-    for pid in ids:
-        if pid not in depth:
-            unchanged.append((pid, f"procedure {pid} does not exist"))
-    return CancelReport(cancelled, tuple(unchanged))
+__all__ = ["CancelPlanItem", "CancelReport", "RetryPlanItem", "RetryReport", "cancel_procedures", "plan_cancel",
+           "plan_retry", "retry_procedures"]

@@ -9,7 +9,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.admin.views.main import ORDER_VAR, ChangeList
 from django.core.paginator import Paginator
-from django.db import connections, transaction
+from django.db import connections
 from django.db.models import Max, Min, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils import formats, timezone
@@ -20,6 +20,7 @@ from django.utils.translation import gettext as _
 from django_procedures.admin.progress import children_done
 from django_procedures.admin.reads import ROW_FIELDS
 from django_procedures.policy.status import RunStatus
+from django_procedures.store.overview import newest_matches_first
 
 #: Rows a filtered count reads at most; above it the list says "more than 10,000".
 COUNT_CAP = 10_000
@@ -105,29 +106,6 @@ _ERROR_WORDS = "_procedures_error_words"
 def mark_error_words(request: HttpRequest) -> None:
     """Note that this request's search matches words of the error only (see :func:`newest_matches_first`)."""
     setattr(request, _ERROR_WORDS, True)
-
-
-def newest_matches_first(queryset: QuerySet[Any]) -> list[Any]:
-    """A page of a search by words that many errors contain, read by walking the errors newest first.
-
-    PostgreSQL cannot estimate how many rows ``LIKE '%words%'`` matches (it
-    guessed one where 187,500 did), so it reads every match through the
-    trigram index and sorts them all for the newest page (1.1 s beside ten
-    million procedures). When the capped count has shown more than
-    ``COUNT_CAP`` matches, bitmap scans are turned off for this one query
-    (``SET LOCAL``, then put back): the planner then walks
-    ``procedures_error_created_idx`` newest first and stops when the page is
-    full. Fewer matches keep the trigram index, which is then the fast way.
-    """
-    connection = connections[queryset.db]
-    with transaction.atomic(using=queryset.db), connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('enable_bitmapscan')")
-        before = cursor.fetchone()[0]
-        cursor.execute("SET LOCAL enable_bitmapscan = off")
-        try:
-            return list(queryset)
-        finally:  # a caller's transaction (ATOMIC_REQUESTS) goes on: its other queries keep their plans
-            cursor.execute("SELECT set_config('enable_bitmapscan', %s, true)", [before])
 
 
 class ProcedureChangeList(ChangeList):

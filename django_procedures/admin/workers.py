@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
 from typing import Any
 
 from django.contrib import admin
@@ -16,28 +14,12 @@ from django.utils.translation import gettext_lazy as _
 
 from django_procedures.admin.display import relative
 from django_procedures.admin.why import timestamp
-from django_procedures.models import ProcedureRun, Worker
-from django_procedures.policy.status import LEASED
+from django_procedures.models import Worker
 from django_procedures.policy.workers import WorkerState
+from django_procedures.store.overview import running_by_worker
 
 #: Procedures listed per worker in the list; the rest are counted.
 SHOWN = 3
-
-
-def running_by_worker(worker_ids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
-    """What each worker holds a lease on now (``ProcedureRun.lease_owner``), oldest claim first.
-
-    Reads only leased rows (the partial lease index), so it stays cheap however many procedures exist.
-    """
-    ids = sorted(set(worker_ids))
-    found: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    if not ids:
-        return found
-    rows = (ProcedureRun.objects.filter(status__in=LEASED, lease_owner__in=ids)
-            .order_by("started_at", "id").values("id", "type_name", "step_name", "lease_owner", "status"))
-    for row in rows:
-        found[row["lease_owner"]].append(row)
-    return found
 
 
 class WorkerStateFilter(admin.SimpleListFilter):

@@ -3,57 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
 from django_procedures.conf import conf
-from django_procedures.models import ProcedureRun, Schedule, Worker
-from django_procedures.policy.status import CLAIMABLE, RunStatus
+from django_procedures.models import Schedule, Worker
+from django_procedures.policy.status import RunStatus
 from django_procedures.policy.workers import WorkerState
+from django_procedures.store.overview import counts_by_queue, oldest_due
 
 #: Statuses counted by queue: the unfinished ones (finished procedures are counted by the workers' counters).
 COUNTED = (RunStatus.READY, RunStatus.RUNNING, RunStatus.WAITING, RunStatus.RETRYING, RunStatus.ROLLING_BACK)
-
-
-def _table() -> str:
-    return connection.ops.quote_name(ProcedureRun._meta.db_table)
-
-
-def counts_by_queue(status: str, cap: int) -> tuple[dict[str, int], bool]:
-    """Procedures of ``status`` by queue, reading at most ``cap`` rows (the status index); and whether capped."""
-    sql = (f"SELECT queue, COUNT(*) FROM (SELECT queue FROM {_table()} WHERE status = %s LIMIT %s) AS s "
-           "GROUP BY queue")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [status, cap + 1])
-        rows = dict(cursor.fetchall())
-    return rows, sum(rows.values()) > cap  # over the cap: the counts of the first cap + 1 rows read, a floor
-
-
-def oldest_due(now: datetime, cap: int) -> dict[str, datetime]:
-    """Per queue, the ``run_at`` of its oldest due, unclaimed procedure, among the ``cap`` oldest due ones.
-
-    Reads the due index in ``run_at`` order, so the oldest overall is always
-    right; a queue none of whose due procedures is among the ``cap`` oldest is
-    left out (its lag is smaller than every reported one).
-    """
-    placeholders = ", ".join(["%s"] * len(CLAIMABLE))
-    sql = (f"SELECT queue, MIN(run_at) FROM (SELECT queue, run_at FROM {_table()} WHERE status IN ({placeholders}) "
-           "AND run_at <= %s ORDER BY run_at LIMIT %s) AS s GROUP BY queue")
-    field = ProcedureRun._meta.get_field("run_at")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*sorted(CLAIMABLE), field.get_db_prep_value(now, connection), cap])
-        rows = cursor.fetchall()
-    return {queue: _aware(at) for queue, at in rows}
-
-
-def _aware(value: Any) -> datetime:
-    if isinstance(value, str):  # SQLite returns MIN() of a timestamp column as text
-        value = datetime.fromisoformat(value)
-    return value if timezone.is_aware(value) else timezone.make_aware(value, UTC)
 
 
 def schedule_lags(now: datetime) -> Iterator[tuple[str, float, float | None]]:
