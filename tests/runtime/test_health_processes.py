@@ -47,13 +47,18 @@ def answers(port: int, path: str, status: int):
 
 
 def test_a_frozen_main_loop_turns_healthz_to_503_and_back_once_it_moves(workers, tmp_path):
+    lease = 5.0
     port = free_port()
-    w = workers.start("--metrics-port", str(port), lease_seconds=LEASE, env={"TESTAPP_BLOCK_THE_LOOP": "1"})
+    w = workers.start("--metrics-port", str(port), lease_seconds=lease, env={"TESTAPP_BLOCK_THE_LOOP": "1"})
     body = wait_for(answers(port, "/healthz", 200), timeout=60, workers=workers, what="/healthz to answer 200")
     assert set(body["checks"]) == {"loop", "database", "heartbeat"}
-    assert all(c["ok"] and c["limit_seconds"] == 2 * LEASE for c in body["checks"].values())
+    assert all(c["ok"] and c["limit_seconds"] == 2 * lease for c in body["checks"].values())
     ready = wait_for(answers(port, "/readyz", 200), timeout=60, workers=workers, what="/readyz to answer 200")
     assert ready["phase"] == "running"
+    # Idle past the limit (LISTEN: nothing wakes it): the loop still turns, at least every lease / 2.
+    time.sleep(3 * lease)
+    status, body = probe(port, "/healthz")
+    assert status == 200, body
 
     # The signal receiver runs on the main loop, after the claim commits: the loop stops turning, while the
     # heartbeat and the HTTP server threads go on.
@@ -61,7 +66,7 @@ def test_a_frozen_main_loop_turns_healthz_to_503_and_back_once_it_moves(workers,
     BlocksTheLoop.submit({"release": str(release)})
     body = wait_for(answers(port, "/healthz", 503), timeout=60, workers=workers, what="/healthz to answer 503")
     loop = body["checks"]["loop"]
-    assert not loop["ok"] and loop["age_seconds"] > loop["limit_seconds"] == 2 * LEASE
+    assert not loop["ok"] and loop["age_seconds"] > loop["limit_seconds"] == 2 * lease
     assert "over the limit" in loop["reason"]
     assert body["checks"]["heartbeat"]["ok"] and body["checks"]["database"]["ok"]  # only the loop is stuck
     assert body["status"] == "unavailable"
@@ -126,7 +131,8 @@ def test_without_prometheus_client_the_worker_serves_health_and_metrics_is_404(w
 def test_with_prometheus_client_metrics_and_health_share_the_port(workers):
     port = free_port()
     w = workers.start("--metrics-port", str(port), lease_seconds=LEASE)
-    wait_for(answers(port, "/healthz", 200), timeout=60, workers=workers, what="/healthz to answer 200")
+    # Ready: past start-up, so its SIGTERM handler is installed (the server answers before that).
+    wait_for(answers(port, "/readyz", 200), timeout=60, workers=workers, what="/readyz to answer 200")
     status, text = get(port, "/metrics")
     assert status == 200 and "django_procedures_claims_total" in text
     assert get(port, "/nothing-here")[0] == 404
