@@ -41,7 +41,8 @@ class Heartbeat(threading.Thread):
     """
 
     def __init__(self, running: Callable[[], Iterable[RunningClaim]], *, lease_seconds: float,
-                 renewal_timeout: float, duties: Sequence[Duty] = ()) -> None:
+                 renewal_timeout: float, duties: Sequence[Duty] = (),
+                 report: Callable[[str], None] | None = None) -> None:
         super().__init__(name="procedures-heartbeat", daemon=True)
         self.running = running
         self.interval = lease_seconds / 3
@@ -52,10 +53,13 @@ class Heartbeat(threading.Thread):
         self._failing = False
         self.duties = tuple(duties)
         self._failing_duties: set[str] = set()
+        # Health checks (runtime.health): "heartbeat" at every turn, "database" after a round trip that succeeded.
+        self.report = report or (lambda check: None)
 
     def run(self) -> None:
         try:
             while not self.stop_event.wait(self.interval if self._healthy() else min(1.0, self.interval)):
+                self.report("heartbeat")
                 if self._sqlite_lock_is_ours():
                     continue
                 self.beat()
@@ -82,6 +86,7 @@ class Heartbeat(threading.Thread):
         if not write_lock.held_by_us(self.running()):
             return False
         self.last_success, self._failing = time.monotonic(), False
+        self.report("database")  # our own step writes: the database answers
         return True
 
     def _healthy(self) -> bool:
@@ -114,6 +119,7 @@ class Heartbeat(threading.Thread):
         self._failing = False
         if claims:  # with nothing to renew, no statement ran: it proves nothing about the database
             watch.restored()
+            self.report("database")
         for r in claims:
             if (r.claim.id, r.claim.lease_token) not in held:
                 r.activity.lose(f"lease token {r.claim.lease_token} was taken over or cancelled")

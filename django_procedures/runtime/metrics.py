@@ -1,4 +1,5 @@
-"""Worker metrics for Prometheus (extra ``[prometheus]``), served at ``/metrics`` by ``--metrics-port``.
+"""Worker metrics for Prometheus (extra ``[prometheus]``), served at ``/metrics`` by ``--metrics-port``
+(``runtime.probes``, beside the health probes).
 
 Counted in-process from :mod:`~django_procedures.runtime.observe`; only
 imported when a metrics port is given, so the core never needs
@@ -32,7 +33,7 @@ def require_client() -> Any:
     try:
         import prometheus_client
     except ImportError:
-        raise MetricsUnavailable("--metrics-port needs prometheus-client: pip install 'django-procedures[prometheus]'"
+        raise MetricsUnavailable("metrics need prometheus-client: pip install 'django-procedures[prometheus]'"
                                  ) from None
     return prometheus_client
 
@@ -102,20 +103,9 @@ class WorkerMetrics:
     def fenced_write(self, claim: Any) -> None:
         self.fenced_writes.inc()
 
+    def exposition(self, accept: str) -> tuple[bytes, str]:
+        """The registry in the format the scraper's ``Accept`` header asks for (Prometheus text, or OpenMetrics)."""
+        from prometheus_client.exposition import choose_encoder
 
-class MetricsServer:
-    """``/metrics`` over HTTP on a thread of its own; ``OSError`` (with a sentence) if the port is taken."""
-
-    def __init__(self, metrics: WorkerMetrics, host: str, port: int) -> None:
-        client = require_client()
-        try:
-            self.server, self.thread = client.start_http_server(port, addr=host, registry=metrics.registry)
-        except OSError as error:
-            raise OSError(error.errno, f"cannot serve metrics on {host}:{port}: {error.strerror or error} (is "
-                          "another process using that port? choose another with --metrics-port)") from error
-        self.address = self.server.server_address
-        logger.info("serving Prometheus metrics at http://%s:%s/metrics", self.address[0], self.address[1])
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type

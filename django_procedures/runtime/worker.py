@@ -19,6 +19,7 @@ from django.db.backends.signals import connection_created
 from django_procedures import clock, registry
 from django_procedures.conf import conf
 from django_procedures.exceptions import ProceduresNotMigrated
+from django_procedures.policy.health import check_limit, longest_sleep
 from django_procedures.policy.worker_config import WorkerConfig
 from django_procedures.policy.workers import StopReason, stop_reason
 from django_procedures.runtime import observe, reporting, retention, tracing
@@ -32,6 +33,7 @@ from django_procedures.runtime.connections import (
 from django_procedures.runtime.crew import Crew
 from django_procedures.runtime.endings import Interrupted
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute, record_crash
+from django_procedures.runtime.health import Health
 from django_procedures.runtime.heartbeat import Duty, Heartbeat
 from django_procedures.runtime.held import STAT, HeldClaims
 from django_procedures.runtime.outage import watch
@@ -93,6 +95,7 @@ class WorkerRuntime:
         self.held = HeldClaims(self._lock, self.crew, self.stats, concurrency=config.concurrency,
                                prefetch=config.prefetch)
         self.heartbeat = self._heartbeat()
+        self.health = self._health()
 
     @property
     def busy(self) -> int:
@@ -103,8 +106,31 @@ class WorkerRuntime:
         """A heartbeat (again, should the last one die) that also renews the worker's row and writes progress."""
         return Heartbeat(self._in_flight, lease_seconds=self.config.lease_seconds,
                          renewal_timeout=self.config.renewal_timeout,
-                         duties=[Duty("renew the worker's row", self.row.renew),
-                                 Duty("write held-back progress", self._flush_progress)])
+                         duties=[Duty("renew the worker's row", self._renew_row),
+                                 Duty("write held-back progress", self._flush_progress)],
+                         report=self._report)
+
+    def _health(self) -> Health:
+        """The checks ``/healthz`` reads: the main loop turns, the database answers, the heartbeat beats."""
+        health = Health()
+        limit = check_limit(self.config.lease_seconds)
+        health.add_check("loop", limit=limit)
+        health.add_check("database", limit=limit)
+        # Not started yet counts as alive (its age still counts); a dead one is replaced by the main loop.
+        health.add_check("heartbeat", limit=limit,
+                         alive=lambda: self.heartbeat.ident is None or self.heartbeat.is_alive())
+        return health
+
+    def _report(self, check: str) -> None:
+        """For the heartbeat thread, which is built before the health object (and again when replaced)."""
+        health = getattr(self, "health", None)
+        if health is not None:
+            health.report(check)
+
+    def _renew_row(self) -> None:
+        self.row.renew()
+        if self.row.renewed_at:  # a round trip that succeeded, at most lease / 3 ago while the database answers
+            self.health.report("database", at=self.row.renewed_at)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -167,6 +193,7 @@ class WorkerRuntime:
             self._stop_reason = self._stop_reason or reason
             logger.info("worker %s: %s; shutting down (a second signal exits at once)", self.id, reason)
         self._stopping.set()
+        self.health.stopping()
         for r in self.snapshot():
             r.activity.stopping.set()
         self.waker.wake()
@@ -215,7 +242,10 @@ class WorkerRuntime:
     def _main_loop(self) -> None:
         chores = self._chores()
         backoff = 0.0
+        longest = longest_sleep(self.config.lease_seconds)  # an idle loop still turns, and reports it
         while not self._should_stop():
+            self.health.report("loop")
+            self.health.running()
             try:
                 self._replace_dead_threads()
                 close_old_connections()
@@ -230,12 +260,13 @@ class WorkerRuntime:
                     wanted = self.held.wanted()
                     next_chore = min(self.held.next_give_back(), *(chore.next_at for chore in chores))
                 if wanted <= 0:  # enough in hand: sleep until a procedure finishes (it wakes us)
-                    self.waker.wait(max(0.0, next_chore - time.monotonic()))
+                    self.waker.wait(min(longest, max(0.0, next_chore - time.monotonic())))
                     continue
                 backoff = 0.0
                 if self._claim(wanted) >= wanted:  # fewer: no claim again at once (it would find nothing and
                     continue  # compete with the step just handed over); a NOTIFY or next_due wakes the loop
                 times = due_times(type_names=self.types, queues=self.config.queues)
+                self.health.report("database")
                 self._wake_at, due = times.wake_at, times.earliest
                 if self.config.with_scheduler:  # a tick due soon starts work too
                     due = min((at for at in (due, next_tick_due()) if at is not None), default=None)
@@ -245,7 +276,7 @@ class WorkerRuntime:
                     self._stop_reason = "burst"
                     return
                 backoff = 0.0
-                self.waker.wait(self._idle_timeout(due, next_chore))
+                self.waker.wait(min(longest, self._idle_timeout(due, next_chore)))
             except ProceduresNotMigrated:
                 raise  # no tables: nothing to wait for; the command says to migrate
             except Exception as error:  # database gone: reconnect with backoff, log once per outage
@@ -272,6 +303,7 @@ class WorkerRuntime:
         claims = claim(self.id, type_names=self.types, queues=self.config.queues, limit=wanted,
                        lease_seconds=self.config.lease_seconds)
         watch.restored()
+        self.health.report("database")
         observe.claimed(claims)
         for c in claims:
             running = RunningClaim(c, progress=ProgressRecorder(c, side_connection=connection.vendor == "postgresql"),
@@ -338,7 +370,9 @@ class WorkerRuntime:
             self._work.put(None)
         deadline = time.monotonic() + self.config.shutdown_timeout
         for t in threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+            while t.is_alive() and (left := deadline - time.monotonic()) > 0:
+                t.join(min(left, 1.0))
+                self.health.report("loop")  # draining is the loop's work now: /healthz stays 200 meanwhile
         for running in self._in_flight():  # a claim whose thread died is left to expire, never released
             self._abandon(running)
 

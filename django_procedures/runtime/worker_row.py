@@ -42,6 +42,11 @@ class WorkerRow:
         self._renewed_at = 0.0
         self._failing = False
 
+    @property
+    def renewed_at(self) -> float:
+        """``time.monotonic()`` of the last successful registration or renewal (0.0: none yet)."""
+        return self._renewed_at
+
     def register(self) -> None:
         try:
             self.row_id = store.register(

@@ -13,6 +13,7 @@ from pathlib import Path
 from django.db import connections
 
 from django_procedures import NonRetryable, Procedure, RetryPolicy, Status, step
+from django_procedures.signals import procedure_started
 from testproject.testapp.models import Effect
 
 TWICE = RetryPolicy(max_attempts=2, initial_delay=0.0, backoff=1.0, jitter=0.0)
@@ -137,3 +138,36 @@ class UsesOtherDatabase(Procedure):
                 cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
             cursor.execute("SELECT 1")
         connections["other"].close()
+
+
+class BlocksTheLoop(Procedure):
+    """With ``TESTAPP_BLOCK_THE_LOOP`` set, its ``procedure_started`` receiver (below) blocks the worker's main
+    loop until the file ``state['release']`` exists.
+
+    The signal is sent after the claim commits, on the thread that claimed: the worker's main loop.
+    A slow receiver there is how foreign code freezes the loop while the other threads (the heartbeat,
+    the HTTP server) go on, which is what ``/healthz`` must notice.
+    """
+
+    type_name = "testapp.BlocksTheLoop"
+
+    @step(atomic=False)
+    def only(self, ctx):
+        pass
+
+
+def _block_the_loop(sender, procedure_id, type_name, **kwargs):
+    if type_name != BlocksTheLoop.type_name:
+        return
+    from django_procedures.models import ProcedureRun
+
+    release = Path(ProcedureRun.objects.get(id=procedure_id).state["release"])
+    deadline = time.monotonic() + 300  # a test that forgot to release it still ends
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+# Only in the worker processes of the health test: elsewhere procedure_started keeps having no receiver (the
+# claim path then schedules nothing after commit).
+if os.environ.get("TESTAPP_BLOCK_THE_LOOP"):
+    procedure_started.connect(_block_the_loop, dispatch_uid="testapp-block-the-loop")

@@ -34,11 +34,12 @@ class Command(BaseCommand):
                                  "beat and other workers doing the same).")
         parser.add_argument("--worker-id", default="", help="Name of this worker in leases and logs.")
         parser.add_argument("--metrics-port", type=int, default=None,
-                            help="Serve Prometheus metrics at http://HOST:PORT/metrics (needs the [prometheus] extra).")
+                            help="Serve health probes at http://HOST:PORT/healthz and /readyz, and Prometheus "
+                                 "metrics at /metrics (metrics need the [prometheus] extra; the probes do not).")
         # Loopback by default: the metrics server has no authentication, so exposing it is the operator's choice.
         parser.add_argument("--metrics-host", default="127.0.0.1",
-                            help="Address the metrics server listens on (default: 127.0.0.1, this host only; "
-                                 "0.0.0.0 for every interface).")
+                            help="Address the metrics and health server listens on (default: 127.0.0.1, this host "
+                                 "only; 0.0.0.0 for every interface).")
 
     def handle(self, *args: Any, **options: Any) -> None:
         queues = None
@@ -58,7 +59,7 @@ class Command(BaseCommand):
             if options["metrics_port"] is None:
                 worker.run()
                 return
-            with serving_metrics(worker, options["metrics_host"], options["metrics_port"]):
+            with serving_http(worker, options["metrics_host"], options["metrics_port"]):
                 worker.run()
         except ProceduresNotMigrated as error:
             raise CommandError(str(error)) from error
@@ -79,20 +80,32 @@ def freeze_start_up_heap() -> int:
 
 
 @contextmanager
-def serving_metrics(worker: WorkerRuntime, host: str, port: int) -> Iterator[None]:
-    """Count the worker's metrics and serve them while the block runs; a port in use is a ``CommandError``."""
+def serving_http(worker: WorkerRuntime, host: str, port: int) -> Iterator[None]:
+    """Serve the health probes (and, with ``prometheus-client``, count and serve metrics) while the block runs.
+
+    Without ``prometheus-client`` the worker still starts: ``/healthz`` and ``/readyz`` answer,
+    ``/metrics`` is a 404 saying to install the extra (and the start-up log says so once). A port
+    that cannot be used is a ``CommandError``.
+    """
     from django_procedures.runtime import metrics, observe
+    from django_procedures.runtime.probes import ProbeServer
 
     if not 0 <= port <= 65535:
         raise CommandError(f"--metrics-port must be between 0 and 65535; got {port}")
     try:
-        counted = metrics.WorkerMetrics(worker.busy_threads)
-        server = metrics.MetricsServer(counted, host, port)
-    except (metrics.MetricsUnavailable, OSError) as error:
+        counted: metrics.WorkerMetrics | None = metrics.WorkerMetrics(worker.busy_threads)
+    except metrics.MetricsUnavailable as error:
+        counted = None
+        metrics.logger.warning("%s; serving /healthz and /readyz only, /metrics answers 404", error)
+    try:
+        server = ProbeServer(worker.health, host, port, metrics=counted)
+    except OSError as error:
         raise CommandError(str(error)) from None
-    observe.observers.append(counted)
+    if counted is not None:
+        observe.observers.append(counted)
     try:
         yield
     finally:
-        observe.observers.remove(counted)
+        if counted is not None:
+            observe.observers.remove(counted)
         server.close()
