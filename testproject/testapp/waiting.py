@@ -44,7 +44,8 @@ class Sleeper(Procedure):
 def _seen(event):
     if event is None:
         return None
-    return {"name": event.name, "payload": event.payload, "sent_by": event.sent_by, "sent_at": event.sent_at.isoformat()}
+    return {"name": event.name, "payload": event.payload, "sent_by": event.sent_by,
+            "sent_at": event.sent_at.isoformat()}
 
 
 class Approval(Procedure):
