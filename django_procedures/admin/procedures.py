@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy as _
 
 import django_procedures.admin.display as display
 import django_procedures.admin.progress as progress
+import django_procedures.admin.send_event as send_event
 from django_procedures import registry
 from django_procedures.admin.bulk import BulkConfirmations
 from django_procedures.admin.changelist import (
@@ -32,7 +33,7 @@ from django_procedures.admin.filters import LIST_FILTER, distinct_values
 from django_procedures.admin.page import page_context
 from django_procedures.admin.reads import ROW_FIELDS, step_total
 from django_procedures.admin.redaction import NoJsonLookups
-from django_procedures.admin.why import first_line, sleeping_until
+from django_procedures.admin.why import first_line, sleeping_until, waiting_for_events
 from django_procedures.models import ProcedureRun
 from django_procedures.policy import ids
 from django_procedures.policy.status import FINAL, RunStatus
@@ -131,6 +132,9 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
         if run.status == RunStatus.WAITING and run.waiting_for == "timer" and run.wake_at is not None:
             return format_html('{} <span class="proc-oneline">{}</span>', badge,
                                sleeping_until(run.wake_at, timezone.now()))
+        if run.status == RunStatus.WAITING and run.waiting_for == "event":
+            return format_html('{} <span class="proc-oneline">{}</span>', badge,
+                               waiting_for_events(run.waiting_events or [], run.wake_at, timezone.now()))
         return badge
 
     @admin.display(description=_("step"))
@@ -173,6 +177,7 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
             path("dashboard/", wrap(self.dashboard_view), name=f"{prefix}_dashboard"),
             path("<path:object_id>/retry/", wrap(self.retry_view), name=f"{prefix}_retry"),
             path("<path:object_id>/cancel/", wrap(self.cancel_view), name=f"{prefix}_cancel"),
+            path("<path:object_id>/send-event/", wrap(self.send_event_view), name=f"{prefix}_send_event"),
             *super().get_urls(),
         ]
 
@@ -196,6 +201,9 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
             "retry_url": reverse(self._url_name("retry"), args=[run.pk]),
             "cancel_url": reverse(self._url_name("cancel"), args=[run.pk]),
             "history_url": reverse(self._url_name("history"), args=[run.pk]),
+            "can_send_event": send_event.can_send_event(self, request) and not run.is_final,
+            "send_event_url": reverse(self._url_name("send_event"), args=[run.pk]),
+            **send_event.history_context(run),
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name
@@ -235,3 +243,6 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return self.button_view(request, object_id, CANCEL)
+
+    def send_event_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return send_event.send_event_view(self, request, object_id)
