@@ -8,11 +8,11 @@ import pytest
 from django.db import transaction
 
 import django_procedures
-from django_procedures import EventNotDelivered, Status, send_event
+from django_procedures import EventNotDelivered, Procedure, Status, send_event, step
 from django_procedures.models import Event, KeyRequest, Lease, ProcedureRun, Step
 from django_procedures.store import inbox, retention
 from django_procedures.store.operations import cancel
-from django_procedures.testing import drain
+from django_procedures.testing import drain, isolated_registry
 from testproject.testapp.procedures import Approval
 
 pytestmark = pytest.mark.django_db
@@ -257,3 +257,32 @@ def test_ctx_event_can_be_set_on_a_context_made_by_hand():
 
 def test_the_public_names_are_exported_from_the_package_root():
     assert {"send_event", "EventNotDelivered"} <= set(django_procedures.__all__)
+
+
+def test_execute_style_procedures_wait_and_read_ctx_event_and_a_wait_in_the_last_step_completes():
+
+    with isolated_registry():
+        class Desk(Procedure):
+            type_name = "test.Desk"
+
+            def execute(self, ctx):
+                if ctx.event is not None:
+                    return Status.done(output=ctx.event.payload)
+                return Status.wait_for_event("answer")
+
+        class LastWait(Procedure):
+            type_name = "test.LastWait"
+
+            @step
+            def only(self, ctx):
+                return Status.wait_for_event("bye")
+
+        desk, last = Desk.submit(run_after=T0), LastWait.submit(run_after=T0)
+        drain(now=T0)
+        assert (desk.refresh().waiting_for, last.refresh().waiting_for) == ("event", "event")
+        send_event(desk, "answer", 42)
+        send_event(last, "bye")
+        drain(now=T0)
+        assert (desk.refresh().status, output(desk)) == ("done", 42)
+        assert last.refresh().status == "done"
+        assert Event.objects.get(name="bye").consumed_by == ""
