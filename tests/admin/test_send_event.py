@@ -134,3 +134,14 @@ def test_a_finished_procedure_refuses_with_a_message_and_no_button(sender_client
                                   follow=True)
     assert "The event was not sent" in response.content.decode() and "is done" in response.content.decode()
     assert Event.objects.count() == 1
+
+
+def test_the_tree_timeline_draws_a_wait_for_an_event_and_a_sleep_as_their_own_gaps(viewer_client):
+    from testproject.testapp.procedures import Sleeper
+
+    handle = waiting()
+    sleeper = Sleeper.submit({"seconds": 3600})
+    drain()
+    html = viewer_client.get(page_url(handle.id)).content.decode()
+    assert "tl-event" in html and "waiting for an event" in html
+    assert "tl-sleep" in viewer_client.get(page_url(sleeper.id)).content.decode()
