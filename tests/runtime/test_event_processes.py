@@ -37,7 +37,7 @@ def start(workers: Workers):
 
 
 def test_an_event_sent_while_the_worker_idles_wakes_it_and_the_next_step_runs(workers):
-    start(workers)
+    worker = start(workers)
     approval = Approval.submit({"names": ["approved"]})
     wait_for(lambda: row(approval.id).status == "waiting", timeout=WAIT, workers=workers, what="the wait")
     assert approval.refresh().waiting_for == "event"
@@ -52,6 +52,9 @@ def test_an_event_sent_while_the_worker_idles_wakes_it_and_the_next_step_runs(wo
     assert (done.attempt, done.lost) == (1, 0)
     assert list(Lease.objects.filter(procedure_id=approval.id).values_list("outcome", flat=True)) == [
         "completed", "completed"]  # one lease before the wait, one after
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(WAIT) == 0
+    assert worker.final_count("waited") == 1  # the stats line counts the claim that began the wait
 
 
 def test_a_worker_killed_while_a_procedure_waits_leaves_it_to_another(workers):
