@@ -92,8 +92,7 @@ class Status:
     children: tuple[Procedure, ...] = ()
     output: Any = None
     wake_at: datetime | None = None
-    #: ``wait_for_event``'s names.
-    events: tuple[str, ...] = ()
+    events: tuple[str, ...] = ()  # wait_for_event's names
 
     @classmethod
     def executing(cls, persist: bool = True) -> Status:
@@ -122,10 +121,8 @@ class Status:
 
     @classmethod
     def wait_for_event(cls, *names: str, timeout: timedelta | float | None = None) -> Status:
-        """Checkpoint, then wait (holding no worker) for an event of one of ``names`` (``send_event``), or until
-        ``timeout`` (a ``timedelta`` or seconds; None: no timeout) has passed; the next step runs then, with the
-        event as ``ctx.event`` (None after the timeout). An event sent before the wait began is taken at once.
-        ``ValueError`` for no names, an empty or over-long name, or a negative, NaN or infinite timeout."""
+        """Checkpoint, then wait (holding no worker) for an event of one of ``names`` or ``timeout`` (a ``timedelta``
+        or seconds; None: none); the next step reads it as ``ctx.event`` (None after the timeout). docs/waiting.md"""
         return cls("waiting_for_event", events=wait_names(names), wake_at=timeout_at(timeout, now=clock.now()))
 
 

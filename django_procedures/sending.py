@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from django_procedures.handle import ProcedureHandle
 from django_procedures.store.inbox import Sent, send
-
-if TYPE_CHECKING:
-    from django_procedures.handle import ProcedureHandle
 
 
 def send_event(procedure: ProcedureHandle | uuid.UUID | str, name: str, payload: Any = None, *,
@@ -25,8 +23,7 @@ def send_event(procedure: ProcedureHandle | uuid.UUID | str, name: str, payload:
     for an unknown or final procedure, or one with
     ``PROCEDURES["MAX_UNCONSUMED_EVENTS"]`` events not taken yet.
     """
-    target = procedure.id if hasattr(procedure, "refresh") and hasattr(procedure, "id") else procedure
-    return send(target, name, payload, key=key)
+    return send(procedure.id if isinstance(procedure, ProcedureHandle) else procedure, name, payload, key=key)
 
 
 __all__ = ["send_event"]
