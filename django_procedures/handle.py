@@ -133,9 +133,9 @@ class ProcedureHandle:
 
     def send_event(self, name: str, payload: Any = None, *, key: str | None = None) -> Any:
         """Send an event to this procedure: :func:`django_procedures.send_event`."""
-        from django_procedures.sending import send_event
+        from django_procedures.store.inbox import send
 
-        return send_event(self.id, name, payload, key=key)
+        return send(self.id, name, payload, key=key)
 
     def wait(self, timeout: float | None = None, *, poll: float = 0.05) -> RunStatus:
         """Block until the procedure is final and return its status; ``TimeoutError`` after ``timeout`` s.
