@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
+
 from django_procedures import clock
 from django_procedures.exceptions import EventNotDelivered
 from django_procedures.models import Event, ProcedureRun, Step
@@ -75,8 +77,15 @@ def send(procedure: uuid.UUID | str, name: str, payload: Any = None, *, key: str
 
     check_name(name)
     key = check_key(key)
-    encode_payload(payload, conf.MAX_EVENT_BYTES if max_bytes is None else max_bytes)
+    max_bytes = conf.MAX_EVENT_BYTES if max_bytes is None else max_bytes
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        raise ImproperlyConfigured(f"PROCEDURES['MAX_EVENT_BYTES'] must be an integer of at least 1 (bytes); "
+                                   f"got {max_bytes!r}")
+    encode_payload(payload, max_bytes)
     limit = conf.MAX_UNCONSUMED_EVENTS if max_unconsumed is None else max_unconsumed
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ImproperlyConfigured(f"PROCEDURES['MAX_UNCONSUMED_EVENTS'] must be an integer of at least 1; "
+                                   f"got {limit!r}")
     with joined():
         row = _locked(procedure)
         if row is None:

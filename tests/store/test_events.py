@@ -286,3 +286,27 @@ def test_execute_style_procedures_wait_and_read_ctx_event_and_a_wait_in_the_last
         assert (desk.refresh().status, output(desk)) == ("done", 42)
         assert last.refresh().status == "done"
         assert Event.objects.get(name="bye").consumed_by == ""
+
+
+@pytest.mark.parametrize(("name", "value"), [("MAX_EVENT_BYTES", "1MB"), ("MAX_UNCONSUMED_EVENTS", 0)])
+def test_a_bad_limit_setting_is_a_configuration_error_naming_it(settings, name, value):
+    from django.core.exceptions import ImproperlyConfigured
+
+    handle, _ = start()
+    settings.PROCEDURES = {**settings.PROCEDURES, name: value}
+    with pytest.raises(ImproperlyConfigured, match=name):
+        send_event(handle, "approved")
+    assert not Event.objects.exists()
+
+
+def test_an_event_no_wait_took_is_shown_as_never_consumed_once_the_procedure_finished(client):
+    from django.contrib.auth.models import User
+
+    from tests.admin.helpers import page_url
+
+    handle, _ = start()
+    send_event(handle, "stray")
+    send_event(handle, "approved")
+    drain(now=T0)
+    client.force_login(User.objects.create_superuser("root", "r@example.com", "pw"))
+    assert "never: no wait took it" in client.get(page_url(handle.id)).content.decode()
