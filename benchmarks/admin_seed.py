@@ -41,6 +41,7 @@ BASE = {
     "finished_at": "now() - age + interval '4 seconds'", "retried_at": "NULL", "retried_by": "''",
     "manual_retries": "0", "schedule_id": "NULL", "tick_at": "NULL", "awaited": "false", "trace_context": "NULL",
     "version": "1", "waiting_for": "''", "wake_at": "NULL", "submitted_state": "NULL", "rerun_of_id": "NULL",
+    "waiting_events": "NULL",
     # One procedure in ten reported progress (the list draws a bar for it).
     "progress": "CASE WHEN g %% 10 = 0 THEN jsonb_build_object('done', g %% 100, 'total', 100, 'note', 'rows') END",
     "progress_updated_at": "CASE WHEN g %% 10 = 0 THEN now() - age + interval '3 seconds' END",

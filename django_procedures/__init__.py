@@ -14,6 +14,7 @@ __version__ = "0.1.0"  # the one place the version is written: pyproject.toml re
 __all__ = [
     "ChildResult",
     "Context",
+    "EventNotDelivered",
     "LockKey",
     "NoOutput",
     "NonRetryable",
@@ -31,6 +32,7 @@ __all__ = [
     "pause_schedule",
     "register_schedule",
     "resume_schedule",
+    "send_event",
     "step",
     "tick",
     "trigger_schedule",
@@ -47,6 +49,8 @@ _LAZY = {
     "get_handle": "django_procedures.handle",
     "aget_handle": "django_procedures.handle",
     "NoOutput": "django_procedures.exceptions",
+    "EventNotDelivered": "django_procedures.exceptions",
+    "send_event": "django_procedures.sending",
     "RunStatus": "django_procedures.policy.status",
     "Context": "django_procedures.runtime.context",
     "ChildResult": "django_procedures.store.tree",
@@ -61,7 +65,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from django_procedures.exceptions import NonRetryable, NoOutput
+    from django_procedures.exceptions import EventNotDelivered, NonRetryable, NoOutput
     from django_procedures.handle import ProcedureHandle, aget_handle, get_handle
     from django_procedures.policy.retry import RetryPolicy
     from django_procedures.policy.status import RunStatus
@@ -76,6 +80,7 @@ if TYPE_CHECKING:
         tick,
         trigger_schedule,
     )
+    from django_procedures.sending import send_event
     from django_procedures.store.tree import ChildResult
     from django_procedures.submit_options import SubmitOptions
 

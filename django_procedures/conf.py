@@ -59,6 +59,10 @@ DEFAULTS: dict[str, Any] = {
     "RETENTION": "30d",
     # Largest state, in bytes of its JSON text, that submit() accepts and a checkpoint writes: 4 MiB.
     "MAX_STATE_BYTES": 4 * 1024 * 1024,
+    # Largest event payload, in bytes of its JSON text, that send_event() accepts: 1 MiB.
+    "MAX_EVENT_BYTES": 1024 * 1024,
+    # Events sent to one procedure that no wait has taken yet: send_event() refuses the one past this.
+    "MAX_UNCONSUMED_EVENTS": 1000,
     # Longest stored error text and traceback, in characters.
     "MAX_ERROR_LENGTH": 2000,
     "MAX_TRACEBACK_LENGTH": 20000,

@@ -64,3 +64,16 @@ class ProceduresNotMigrated(ProceduresConfigError):
 
 class NoOutput(ProceduresError, ValueError):
     """``ProcedureHandle.output`` of a procedure that is not ``done`` (still running, or failed)."""
+
+
+class EventNotDelivered(ProceduresError):
+    """``send_event`` refused: nothing was written.
+
+    ``reason`` says why: ``"unknown"`` (no procedure has that id or key),
+    ``"final"`` (it is done, failed, rolled back or cancelled) or ``"full"``
+    (it has ``PROCEDURES["MAX_UNCONSUMED_EVENTS"]`` events no wait has taken yet).
+    """
+
+    def __init__(self, message: str, *, reason: str, procedure_id: Any = None) -> None:
+        super().__init__(message)
+        self.reason, self.procedure_id = reason, procedure_id

@@ -44,7 +44,8 @@ class ProcedureHandle:
         from django_procedures.models import ProcedureRun
 
         self._row = ProcedureRun.objects.only("id", "type_name", "status", "output", "error", "progress",
-                                              "progress_updated_at", "waiting_for", "wake_at").get(id=self.id)
+                                              "progress_updated_at", "waiting_for", "wake_at",
+                                              "waiting_events").get(id=self.id)
         return self
 
     async def arefresh(self) -> ProcedureHandle:
@@ -118,9 +119,23 @@ class ProcedureHandle:
 
     @property
     def wake_at(self) -> datetime | None:
-        """When a sleep (or, later, an event's timeout) falls due, as last read; None when nothing will wake it."""
+        """When a sleep or a wait for events' timeout falls due, as last read; None when nothing will wake it."""
         row = self.run
         return row.wake_at if row.status == RunStatus.WAITING else None
+
+    @property
+    def waiting_events(self) -> tuple[str, ...]:
+        """The event names a procedure waiting for events waits for, as last read; () otherwise."""
+        row = self.run
+        if row.status != RunStatus.WAITING or row.waiting_for != "event":
+            return ()
+        return tuple(row.waiting_events or ())
+
+    def send_event(self, name: str, payload: Any = None, *, key: str | None = None) -> Any:
+        """Send an event to this procedure: :func:`django_procedures.send_event`."""
+        from django_procedures.store.inbox import send
+
+        return send(self.id, name, payload, key=key)
 
     def wait(self, timeout: float | None = None, *, poll: float = 0.05) -> RunStatus:
         """Block until the procedure is final and return its status; ``TimeoutError`` after ``timeout`` s.

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, over
 
 from django_procedures import class_checks, clock
 from django_procedures.exceptions import ChildFailed
+from django_procedures.policy.events import timeout_at, wait_names
 from django_procedures.policy.options import Options
 from django_procedures.policy.retry import RetryPolicy
 from django_procedures.policy.waiting import wake_time
@@ -86,11 +87,12 @@ def step(
 class Status:
     """What a step (or ``execute``) returns; ``None`` from a step means ``executing()``."""
 
-    kind: Literal["executing", "suspended", "done", "sleeping"]
+    kind: Literal["executing", "suspended", "done", "sleeping", "waiting_for_event"]
     persist: bool = True
     children: tuple[Procedure, ...] = ()
     output: Any = None
     wake_at: datetime | None = None
+    events: tuple[str, ...] = ()  # wait_for_event's names
 
     @classmethod
     def executing(cls, persist: bool = True) -> Status:
@@ -116,6 +118,12 @@ class Status:
         """Checkpoint, then wait (holding no worker) until ``delay`` has passed or ``until`` (aware) has come;
         the next step runs then. ``ValueError`` for a negative, NaN or infinite delay, or a naive datetime."""
         return cls("sleeping", wake_at=wake_time(delay, until, now=clock.now()))
+
+    @classmethod
+    def wait_for_event(cls, *names: str, timeout: timedelta | float | None = None) -> Status:
+        """Checkpoint, then wait (holding no worker) for an event of one of ``names`` or ``timeout`` (a ``timedelta``
+        or seconds; None: none); the next step reads it as ``ctx.event`` (None after the timeout). docs/waiting.md"""
+        return cls("waiting_for_event", events=wait_names(names), wake_at=timeout_at(timeout, now=clock.now()))
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy as _
 
 import django_procedures.admin.display as display
 import django_procedures.admin.progress as progress
+import django_procedures.admin.send_event as send_event
 from django_procedures import registry
 from django_procedures.admin.bulk import BulkConfirmations
 from django_procedures.admin.changelist import (
@@ -33,7 +34,7 @@ from django_procedures.admin.page import page_context
 from django_procedures.admin.reads import ROW_FIELDS, step_total
 from django_procedures.admin.redaction import NoJsonLookups
 from django_procedures.admin.rerun import RERUN, links
-from django_procedures.admin.why import first_line, sleeping_until
+from django_procedures.admin.why import first_line, sleeping_until, waiting_for_events
 from django_procedures.models import ProcedureRun
 from django_procedures.policy import ids
 from django_procedures.policy.status import FINAL, RunStatus
@@ -136,6 +137,9 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
         if run.status == RunStatus.WAITING and run.waiting_for == "timer" and run.wake_at is not None:
             return format_html('{} <span class="proc-oneline">{}</span>', badge,
                                sleeping_until(run.wake_at, timezone.now()))
+        if run.status == RunStatus.WAITING and run.waiting_for == "event":
+            return format_html('{} <span class="proc-oneline">{}</span>', badge,
+                               waiting_for_events(run.waiting_events or [], run.wake_at, timezone.now()))
         return badge
 
     @admin.display(description=_("step"))
@@ -179,6 +183,7 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
             path("<path:object_id>/retry/", wrap(self.retry_view), name=f"{prefix}_retry"),
             path("<path:object_id>/cancel/", wrap(self.cancel_view), name=f"{prefix}_cancel"),
             path("<path:object_id>/rerun/", wrap(self.rerun_view), name=f"{prefix}_rerun"),
+            path("<path:object_id>/send-event/", wrap(self.send_event_view), name=f"{prefix}_send_event"),
             *super().get_urls(),
         ]
 
@@ -205,6 +210,9 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
             "can_rerun": self.has_rerun_permission(request, run),
             "rerun_url": reverse(self._url_name("rerun"), args=[run.pk]),
             **links(run),
+            "can_send_event": send_event.can_send_event(self, request) and not run.is_final,
+            "send_event_url": reverse(self._url_name("send_event"), args=[run.pk]),
+            **send_event.history_context(run),
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name
@@ -251,3 +259,6 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return self.button_view(request, object_id, CANCEL)
+
+    def send_event_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return send_event.send_event_view(self, request, object_id)

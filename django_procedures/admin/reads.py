@@ -28,7 +28,8 @@ ROW_FIELDS = ("id", "type_name", "status", "step", "step_name", "attempt", "fail
               "root_id", "depth", "spawned_in", "position", "pending_children", "waiting_for_keys", "lock_keys",
               "in_rollback", "queue", "priority", "key", "run_at", "lease_token", "lease_owner", "lease_expires_at",
               "error", "failure_can_retry", "created_at", "started_at", "finished_at", "progress",
-              "step_started_at", "retried_at", "waiting_for", "wake_at", "version")
+              "step_started_at", "retried_at", "waiting_for", "wake_at", "version",
+              "waiting_events")
 #: Most members of one tree the procedure page loads.
 TREE_LIMIT = 500
 
@@ -146,7 +147,8 @@ def facts_of(row: ProcedureRun, waits: Sequence[KeyWait] = (), lease_seconds: fl
         lease_expires_at=row.lease_expires_at, lease_seconds=lease_seconds,
         type_known=cls is not None, type_name=row.type_name,
         in_rollback=row.in_rollback, attempt=row.attempt, error=row.error, waiting_for=row.waiting_for,
-        wake_at=row.wake_at, version=row.version, code_version=cls.version if cls is not None else None)
+        wake_at=row.wake_at, waiting_events=tuple(row.waiting_events or ()), version=row.version,
+        code_version=cls.version if cls is not None else None)
 
 
 def key_waits(procedure_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[KeyWait]]:

@@ -10,7 +10,10 @@ A member's life is a sequence of segments. Its step attempts (``done``, ``failed
 - ``retry``: after a failed or lost attempt, until the next attempt started (backoff and pickup);
 - ``manual``: failed for good, until an operator's manual retry (then ``queued`` until it was claimed);
   only the latest manual retry is recorded (``retried_at``), so earlier ones are drawn as ``retry``;
-- ``waiting``: a parent that spawned children, from its suspending step to its next attempt.
+- ``waiting``: a parent that spawned children, from its suspending step to its next attempt;
+- ``sleep`` and ``event``: a procedure sleeping (``Status.sleep``) or waiting for an event
+  (``Status.wait_for_event``) now, from its last attempt to now. (A wait that has ended is not
+  recorded as such: the gap after it is drawn ``queued``.)
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from datetime import datetime, timedelta
 
 #: Segment kinds that are attempts (bars) rather than gaps.
 ATTEMPT_KINDS = frozenset({"done", "failed", "lost", "running"})
-GAP_KINDS = frozenset({"queued", "retry", "manual", "waiting"})
+GAP_KINDS = frozenset({"queued", "retry", "manual", "waiting", "sleep", "event"})
 #: A bar never narrower than this (px), so a 3 ms step is still visible and clickable.
 MIN_BAR = 3.0
 
@@ -53,6 +56,7 @@ class Member:
     finished_at: datetime | None = None
     current: bool = False
     retried_at: datetime | None = None  # the latest manual retry
+    waiting_for: str = ""  # a waiting member's one wait: "children", "timer" or "event"
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,7 @@ def _gap_after(previous: Attempt | None, member: Member) -> str:
 def _tail_kind(member: Member, previous: Attempt | None) -> str | None:
     """What the member is doing after its last attempt, up to now (None: nothing to draw)."""
     if member.status == "waiting":
-        return "waiting"
+        return {"timer": "sleep", "event": "event"}.get(member.waiting_for, "waiting")
     if member.status == "retrying":
         return "retry"
     if member.status == "ready":

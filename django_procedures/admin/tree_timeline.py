@@ -33,12 +33,15 @@ COUNT_CAP = 10_000
 
 LABEL_WIDTH, CHART_WIDTH, LANE_HEIGHT, AXIS_HEIGHT, LEGEND_HEIGHT = 250, 830, 20, 22, 26
 COLOURS = {"done": "#1a7f37", "failed": "#cf222e", "lost": "#9a6700", "running": "#1f6feb",
-           "queued": "#8c959f", "retry": "#bf8700", "manual": "#ff8182", "waiting": "#8250df"}
+           "queued": "#8c959f", "retry": "#bf8700", "manual": "#ff8182", "waiting": "#8250df",
+           "sleep": "#0a7d8c", "event": "#bc4c00"}
 GAP_WORDS = {"queued": "queued, not claimed yet", "retry": "waiting to retry",
-             "manual": "failed, awaiting a manual retry", "waiting": "waiting for its children"}
+             "manual": "failed, awaiting a manual retry", "waiting": "waiting for its children",
+             "sleep": "sleeping", "event": "waiting for an event"}
 #: The legend's words for each kind, in its order.
 LEGEND = {"done": "done", "failed": "failed", "lost": "lost", "running": "running", "queued": "queued",
-          "retry": "retry wait", "manual": "failed, awaiting a manual retry", "waiting": "waiting for children"}
+          "retry": "retry wait", "manual": "failed, awaiting a manual retry", "waiting": "waiting for children",
+          "sleep": "sleep", "event": "event wait"}
 
 
 @dataclass
@@ -94,7 +97,8 @@ def member_of(node: Node, attempts: list[Attempt], current_id: Any) -> Member:
         attempts.append(Attempt(row.step, name, row.attempt, "running", row.step_started_at, None))
     return Member(key=str(row.id), label=f"{row.type_name} {short_id(row.id)}", depth=row.depth, status=row.status,
                   created_at=row.created_at, attempts=tuple(attempts), has_children=bool(node.children),
-                  finished_at=row.finished_at, current=row.id == current_id, retried_at=row.retried_at)
+                  finished_at=row.finished_at, current=row.id == current_id, retried_at=row.retried_at,
+                  waiting_for=row.waiting_for if row.status == "waiting" else "")
 
 
 def hidden_members(tree: Tree, drawn: int, root_id: Any) -> tuple[int, bool]:

@@ -45,6 +45,8 @@ class NodeFacts:
     #: A waiting procedure's one wait ("children", "timer", "event") and when its timer falls due.
     waiting_for: str = ""
     wake_at: datetime | None = None
+    #: The event names a procedure waiting for events waits for.
+    waiting_events: tuple[str, ...] = ()
     #: The class version that wrote the run, and the registered class's in this process (None: unknown type).
     version: int = 1
     code_version: int | None = None
@@ -72,6 +74,9 @@ def explain(facts: NodeFacts, now: datetime, lease_now: datetime | None = None) 
         return (_leased(facts, lease_now),)
     if facts.status == "waiting" and facts.waiting_for == "timer" and facts.wake_at is not None:
         return (Reason("timer", sleeping_until(facts.wake_at, now), {"wake_at": facts.wake_at}),)
+    if facts.status == "waiting" and facts.waiting_for == "event":
+        return (Reason("event", waiting_for_events(facts.waiting_events, facts.wake_at, now),
+                       {"names": facts.waiting_events, "wake_at": facts.wake_at}),)
     if facts.status == "waiting":
         return (_waiting(facts),)
     if facts.status in ("ready", "retrying"):
@@ -104,6 +109,17 @@ def sleeping_until(wake_at: datetime, now: datetime) -> str:
     left = (wake_at - now).total_seconds()
     when = f"in {duration(left)}" if left >= 1 else "due: the next wake pass of any worker makes it ready"
     return f"sleeping until {wake_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC ({when})"
+
+
+def waiting_for_events(names: tuple[str, ...] | list[str], wake_at: datetime | None, now: datetime) -> str:
+    """``"waiting for approved or rejected — times out 2030-06-03 09:00:00 UTC (in 1d 23h)"``."""
+    shown = list(names) or ["an event"]
+    wanted = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]
+    if wake_at is None:
+        return f"waiting for {wanted} — no timeout"
+    left = (wake_at - now).total_seconds()
+    when = f"in {duration(left)}" if left >= 1 else "due: the next wake pass of any worker makes it ready"
+    return f"waiting for {wanted} — times out {wake_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC ({when})"
 
 
 def _waiting(facts: NodeFacts) -> Reason:

@@ -231,10 +231,11 @@ class Migration(migrations.Migration):
                 ('version', models.PositiveIntegerField(db_default=1, default=1)),
                 ('submitted_state', models.JSONField(blank=True, encoder=django_procedures.policy.state.StateEncoder, null=True)),
                 ('rerun_of', models.ForeignKey(blank=True, db_constraint=False, db_index=False, null=True, on_delete=django.db.models.deletion.DO_NOTHING, related_name='reruns', to='django_procedures.procedurerun')),
+                ('waiting_events', models.JSONField(blank=True, null=True)),
             ],
             options={
                 'verbose_name': 'procedure',
-                'permissions': [('retry_procedurerun', 'Can retry failed procedures'), ('cancel_procedurerun', 'Can cancel procedures and their sub-procedures'), ('rerun_procedurerun', 'Can re-run finished procedures from a step')],
+                'permissions': [('retry_procedurerun', 'Can retry failed procedures'), ('cancel_procedurerun', 'Can cancel procedures and their sub-procedures'), ('rerun_procedurerun', 'Can re-run finished procedures from a step'), ('send_event_procedurerun', 'Can send events to procedures')],
             },
         ),
         migrations.CreateModel(
@@ -405,6 +406,26 @@ class Migration(migrations.Migration):
         migrations.AddConstraint(
             model_name='step',
             constraint=models.UniqueConstraint(condition=models.Q(('status', django_procedures.policy.status.StepStatus['DONE'])), fields=('procedure', 'index'), name='procedures_step_done_once'),
+        ),
+        migrations.CreateModel(
+            name='Event',
+            fields=[
+                ('id', models.BigAutoField(primary_key=True, serialize=False)),
+                ('name', models.CharField(max_length=100)),
+                ('payload', models.JSONField(blank=True, null=True)),
+                ('key', models.CharField(blank=True, max_length=255, null=True)),
+                ('sent_at', models.DateTimeField()),
+                ('sent_by', models.CharField(blank=True, max_length=255)),
+                ('consumed_at', models.DateTimeField(blank=True, null=True)),
+                ('consumed_step', models.PositiveIntegerField(blank=True, null=True)),
+                ('consumed_by', models.CharField(blank=True, max_length=255)),
+                ('procedure', models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='events', to='django_procedures.procedurerun')),
+            ],
+            options={
+                'ordering': ['procedure', 'id'],
+                'indexes': [models.Index(fields=['procedure', 'id'], name='procedures_event_idx'), models.Index(condition=models.Q(('consumed_at__isnull', True)), fields=['procedure', 'id'], name='procedures_event_open_idx')],
+                'constraints': [models.UniqueConstraint(condition=models.Q(('key__isnull', False)), fields=('procedure', 'key'), name='procedures_event_key')],
+            },
         ),
         # PostgreSQL only (see above). Unapplied, the table's drop takes the index and the fillfactor with it.
         migrations.RunPython(notify_finished, no_notify_finished, elidable=False),

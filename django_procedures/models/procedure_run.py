@@ -83,6 +83,8 @@ class ProcedureRun(StoreWritten):
     # A `waiting` run's one wait ("children", "timer" or "event"; "" otherwise) and when a timer falls due.
     waiting_for = models.CharField(max_length=10, blank=True, default="", db_default="")
     wake_at = models.DateTimeField(null=True, blank=True)
+    # The event names a run waiting for events waits for (``Status.wait_for_event``); NULL otherwise.
+    waiting_events = models.JSONField(null=True, blank=True)
 
     # Lock keys as [[name, mode], ...], computed by lock_keys() at submit; held from the first claim on.
     lock_keys = models.JSONField(default=list, blank=True)
@@ -207,6 +209,7 @@ class ProcedureRun(StoreWritten):
             ("retry_procedurerun", "Can retry failed procedures"),
             ("cancel_procedurerun", "Can cancel procedures and their sub-procedures"),
             ("rerun_procedurerun", "Can re-run finished procedures from a step"),
+            ("send_event_procedurerun", "Can send events to procedures"),
         ]
 
     def __str__(self) -> str:

@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_procedures.exceptions import NotActive, ShuttingDown
+from django_procedures.store.inbox import ReceivedEvent, received
 from django_procedures.store.tree import ChildResult
+
+#: ``Context.event`` not read yet.
+_UNREAD: Any = object()
 
 
 class Activity:
@@ -61,6 +65,7 @@ class Context:
     _activity: Activity = field(init=False, repr=False, default_factory=Activity)
     _progress: Any = field(init=False, repr=False, default=None)
     _claim: Any = field(init=False, repr=False, default=None)
+    _event: Any = field(init=False, repr=False, default=_UNREAD)
 
     def __post_init__(self) -> None:
         self.logger = logging.LoggerAdapter(logging.getLogger("django_procedures.procedure"), self.log_extra())
@@ -93,6 +98,19 @@ class Context:
         """
         if self._progress is not None and self._activity.lost_reason is None:
             self._progress.report(done, total, note, self.logger)
+
+    @property
+    def event(self) -> ReceivedEvent | None:
+        """The event the wait before this step took (``name``, ``payload``, ``sent_at``, ``sent_by``); None after
+        the wait's timeout, or when the step does not follow a ``Status.wait_for_event``. Read once, when first
+        asked for (a context made by hand has None, or what a test sets)."""
+        if self._event is _UNREAD:
+            self._event = None if self._claim is None else received(self.procedure_id, self.step_index)
+        return self._event
+
+    @event.setter
+    def event(self, value: ReceivedEvent | None) -> None:
+        self._event = value
 
     def ensure_active(self) -> None:
         """Raise ``NotActive`` if this run must stop: lease lost or not renewed in time, or shutdown."""

@@ -55,6 +55,16 @@ class Slept(StepsEnded):
 
 
 @dataclass(frozen=True)
+class Awaiting(StepsEnded):
+    """A step returned ``Status.wait_for_event``: checkpoint, then the procedure waits for one of ``names``
+    until ``wake_at`` (None: no timeout)."""
+
+    next_step: str
+    names: tuple[str, ...]
+    wake_at: datetime | None
+
+
+@dataclass(frozen=True)
 class Failed:
     """An attempt failed (``record``; None when no step ran): retried or failed for good per ``decision``.
 
@@ -118,8 +128,9 @@ class Lost:
     why: str
 
 
-Ended = Continued | Completed | Suspended | Slept | Failed | RolledBack | RollbackFailed | Interrupted | Parked | Lost
+Ended = (Continued | Completed | Suspended | Slept | Awaiting | Failed | RolledBack | RollbackFailed | Interrupted
+         | Parked | Lost)
 
 
-__all__ = ["Completed", "Continued", "Ended", "Failed", "Interrupted", "Lost", "Parked", "RollbackFailed",
+__all__ = ["Awaiting", "Completed", "Continued", "Ended", "Failed", "Interrupted", "Lost", "Parked", "RollbackFailed",
            "RolledBack", "Slept", "StepsEnded", "Suspended"]

@@ -17,6 +17,7 @@ from django_procedures.runtime import hooks, reconnect, write_lock
 from django_procedures.runtime.connections import idle_cut_text, set_transaction_timeout
 from django_procedures.runtime.context import Context
 from django_procedures.runtime.endings import (
+    Awaiting,
     Completed,
     Continued,
     Ended,
@@ -247,6 +248,8 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             return Suspended(done, state, resume_at, rows, safe=safe, state_text=text)
         if status.kind == "sleeping" and status.wake_at is not None:
             return Slept(done, state, resume_at, status.wake_at, safe=safe, state_text=text)
+        if status.kind == "waiting_for_event" and status.events:
+            return Awaiting(done, state, resume_at, status.events, status.wake_at, safe=safe, state_text=text)
         if following is None:
             return Completed(done, state, status.output, safe=safe, state_text=text)
         return Continued(done, state, following.name, safe=safe, state_text=text)
@@ -289,12 +292,13 @@ def _child_rows(claim: Any, status: Status, record: StepRecord) -> tuple[Procedu
 def _normalise(result: Any, cls: type[Procedure]) -> Status:
     if result is None:
         return Status.done() if cls.uses_execute() else Status.executing()
-    if not isinstance(result, Status) or result.kind not in ("executing", "suspended", "done", "sleeping"):
+    if not isinstance(result, Status) or result.kind not in ("executing", "suspended", "done", "sleeping",
+                                                                         "waiting_for_event"):
         raise TypeError(f"a step must return None or a Status (Status.executing(), Status.done(...)); "
                         f"got {type(result).__name__}")
     # A plain copy, read here inside the step's try: what the executor reads later can no longer raise.
     return Status(result.kind, persist=bool(result.persist), children=tuple(result.children), output=result.output,
-                  wake_at=result.wake_at)
+                  wake_at=result.wake_at, events=tuple(result.events))
 
 
 def _record_failure(procedure: Procedure, cls: type[Procedure], running: RunningClaim,

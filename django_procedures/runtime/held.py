@@ -27,7 +27,7 @@ logger = logging.getLogger("django_procedures.worker")
 
 #: The worker's ``stats`` key for each claim outcome.
 STAT = {Outcome.COMPLETED: "succeeded", Outcome.SUSPENDED: "suspended", Outcome.RETRIED: "retried",
-        Outcome.SLEPT: "slept", Outcome.FAILED: "failed", Outcome.ROLLED_BACK: "rolled_back",
+        Outcome.SLEPT: "slept", Outcome.WAITED: "waited", Outcome.FAILED: "failed", Outcome.ROLLED_BACK: "rolled_back",
         Outcome.RELEASED: "released", Outcome.LOST: "lost", Outcome.CONTINUED: "continued",
         Outcome.ROLLING_BACK: "rolling_back"}
 

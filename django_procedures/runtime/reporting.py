@@ -30,9 +30,9 @@ def log_stats(worker_id: str, label: str, s: Counter[str], types: Sequence[str])
             unknown += " newer-versions=" + ",".join(f"{k}:{n}" for k, (n, _) in newer.items())
     except Exception:  # stats must never stop the worker
         pass
-    logger.info("worker %s %s: claimed=%d succeeded=%d suspended=%d slept=%d retried=%d failed=%d "
+    logger.info("worker %s %s: claimed=%d succeeded=%d suspended=%d slept=%d waited=%d retried=%d failed=%d "
                 "rolled_back=%d released=%d given_back=%d lost=%d%s", worker_id, label, s["claimed"], s["succeeded"],
-                s["suspended"], s["slept"], s["retried"], s["failed"], s["rolled_back"], s["released"],
+                s["suspended"], s["slept"], s["waited"], s["retried"], s["failed"], s["rolled_back"], s["released"],
                 s["given_back"], s["lost"], unknown)
 
 

@@ -30,6 +30,7 @@ class Outcome(StrEnum):
     COMPLETED = "completed"
     SUSPENDED = "suspended"
     SLEPT = "slept"
+    WAITED = "waited"
     RETRIED = "retried"
     FAILED = "failed"
     ROLLED_BACK = "rolled_back"

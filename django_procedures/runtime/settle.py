@@ -26,6 +26,7 @@ from django_procedures.policy.retry import RetryDecision
 from django_procedures.policy.state import written_as
 from django_procedures.runtime import observe, reconnect
 from django_procedures.runtime.endings import (
+    Awaiting,
     Completed,
     Continued,
     Ended,
@@ -40,7 +41,7 @@ from django_procedures.runtime.endings import (
     Suspended,
 )
 from django_procedures.runtime.running import Outcome, RunningClaim, log_extra, logger
-from django_procedures.store import transitions
+from django_procedures.store import inbox, transitions
 
 # -- the settle point -------------------------------------------------------------------------
 
@@ -83,7 +84,7 @@ def fenced_out(running: RunningClaim, why: str = "") -> Outcome:
 def _write(running: RunningClaim, ended: Ended) -> Outcome:
     claim = running.claim
     match ended:
-        case Continued() | Completed() | Suspended() | Slept():
+        case Continued() | Completed() | Suspended() | Slept() | Awaiting():
             return _steps_ended(running, ended)
         case Failed():
             return _failed(running, ended)
@@ -130,6 +131,10 @@ def _steps_ended(running: RunningClaim, ended: StepsEnded) -> Outcome:
             write = partial(transitions.sleep, claim, ended.records, ended.state, ended.next_step, ended.wake_at,
                             progress.take())
             outcome = Outcome.SLEPT
+        case Awaiting():
+            write = partial(inbox.wait, claim, ended.records, ended.state, ended.next_step, ended.names,
+                            ended.wake_at, progress.take())
+            outcome = Outcome.WAITED
     # The state was encoded once, to measure it: the write reuses that text.
     with written_as(ended.state, ended.state_text) if ended.state_text else nullcontext():
         reconnect.record(running, ended.safe, write)

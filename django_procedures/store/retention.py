@@ -18,7 +18,7 @@ from typing import Any
 from django.db import connection, models, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from django_procedures.models import KeyRequest, Lease, ProcedureRun, Step
+from django_procedures.models import Event, KeyRequest, Lease, ProcedureRun, Step
 from django_procedures.policy.status import FINAL
 from django_procedures.store.db import is_postgresql
 
@@ -83,7 +83,7 @@ def prune_batch(older_than: datetime, statuses: Sequence[str] | None = None, bat
                 # in a caller's transaction, whose own writes may need to be durable at its commit.
                 cursor.execute("SET LOCAL synchronous_commit = off")
             cursor.execute(_PRUNE_SQL.format(run=_table(ProcedureRun), step=_table(Step), lease=_table(Lease),
-                                             key=_table(KeyRequest)),
+                                             key=_table(KeyRequest), event=_table(Event)),
                            {"cutoff": older_than, "statuses": list(statuses or FINAL), "final": sorted(FINAL),
                             "limit": batch_size})
             return PruneBatch(*cursor.fetchone())
@@ -102,7 +102,8 @@ def prune_batch(older_than: datetime, statuses: Sequence[str] | None = None, bat
 #    its run, or for a child its parent (docs/scaling.md, "Foreign keys"), so the tree is left whole for the
 #    next batch. PostgreSQL does not check the foreign keys to a run: this is what keeps deletes from leaving
 #    rows behind.
-#  - the DELETEs of children and runs all read `doomed` (each runs to completion, read or not).
+#  - the DELETEs of children and runs all read `doomed` (each runs to completion, read or not). Events need no
+#    xmin of their own: a send locks its run and refuses a final one, so a final tree gains none.
 _PRUNE_SQL = """
 WITH roots AS (
     SELECT r.id, r.status, r.xmin FROM {run} AS r
@@ -130,6 +131,8 @@ WITH roots AS (
     DELETE FROM {lease} WHERE procedure_id IN (SELECT id FROM doomed) RETURNING 1
 ), keys AS (
     DELETE FROM {key} WHERE procedure_id IN (SELECT id FROM doomed)
+), events AS (
+    DELETE FROM {event} WHERE procedure_id IN (SELECT id FROM doomed)
 ), runs AS (
     DELETE FROM {run} WHERE id IN (SELECT id FROM doomed) RETURNING id
 )
@@ -150,6 +153,7 @@ def _prune_batch_portable(older_than: datetime, statuses: Sequence[str] | None, 
     steps = _delete(Step, "procedure_id", members)
     leases = _delete(Lease, "procedure_id", members)
     _delete(KeyRequest, "procedure_id", members)
+    _delete(Event, "procedure_id", members)
     procedures = _delete(ProcedureRun, "id", members)
     return PruneBatch(len(roots), procedures, steps, leases)
 

@@ -1,4 +1,5 @@
-"""Timers: waking sleeping procedures (``Status.sleep``) when their ``wake_at`` has come.
+"""Timers: waking sleeping procedures (``Status.sleep``) and waits for events past their timeout
+(``Status.wait_for_event(..., timeout=...)``) when their ``wake_at`` has come.
 
 The claim never looks at a sleeper: it reads the ready and retrying rows
 only. A wake pass makes due sleepers ``ready`` (reading ``procedures_wake_idx``)
@@ -25,16 +26,18 @@ from django_procedures.store.notify import notify
 #: Sleepers woken per statement: a burst of timers due at once is woken in several short transactions.
 BATCH = 500
 
-# SKIP LOCKED: a sleeper being cancelled right now is left to the cancel (and a second waker passes it by).
+# SKIP LOCKED: a sleeper being cancelled right now is left to the cancel (and a second waker passes it by); a
+# wait for events being sent one right now is left to the send, which takes its row lock first.
 _PG_WAKE = f"""
     WITH due AS (
         SELECT id FROM {{run}}
-        WHERE status = '{RunStatus.WAITING}' AND wake_at <= %(now)s AND waiting_for = '{WaitingFor.TIMER}'
+        WHERE status = '{RunStatus.WAITING}' AND wake_at <= %(now)s
+          AND waiting_for IN ('{WaitingFor.TIMER}', '{WaitingFor.EVENT}')
         ORDER BY wake_at
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     )
-    UPDATE {{run}} AS r SET status = '{RunStatus.READY}', waiting_for = '', wake_at = NULL
+    UPDATE {{run}} AS r SET status = '{RunStatus.READY}', waiting_for = '', wake_at = NULL, waiting_events = NULL
     FROM due WHERE r.id = due.id
     RETURNING r.queue
 """
@@ -62,11 +65,12 @@ def _wake_batch(now: datetime, batch: int) -> int:
                 cursor.execute(_PG_WAKE.format(run=ProcedureRun._meta.db_table), {"now": now, "limit": batch})
                 queues = [row[0] for row in cursor.fetchall()]
         else:  # one writer at a time: what this transaction reads is what it updates
-            due = list(ProcedureRun._writer.filter(status=RunStatus.WAITING, waiting_for=WaitingFor.TIMER,
-                                                   wake_at__lte=now).order_by("wake_at")
+            due = list(ProcedureRun._writer.filter(status=RunStatus.WAITING, wake_at__lte=now,
+                                                   waiting_for__in=[WaitingFor.TIMER, WaitingFor.EVENT])
+                       .order_by("wake_at")
                        .values_list("id", "queue")[:batch])
             ProcedureRun._writer.filter(id__in=[pid for pid, _ in due]).update(
-                status=RunStatus.READY, waiting_for="", wake_at=None)
+                status=RunStatus.READY, waiting_for="", wake_at=None, waiting_events=None)
             queues = [queue for _, queue in due]
         notify(queues)
     return len(queues)

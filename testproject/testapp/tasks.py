@@ -99,3 +99,12 @@ def who_am_i(context):
 
 if os.environ.get("TESTAPP_EXTRA_TYPES"):
     from testproject.testapp import extra_tasks  # noqa: F401  (only some workers know these tasks)
+
+
+@task
+def approval_requested(order):
+    """docs/waiting.md's Django Tasks example: a task that starts a procedure that waits for an event."""
+    from testproject.testapp.waiting import Approval
+
+    handle = Approval.submit({"order": order}, key=f"approval:{order}")
+    return str(handle.id)

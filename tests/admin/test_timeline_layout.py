@@ -120,3 +120,10 @@ def test_ticks_fall_on_round_spacings(seconds, spacing):
     assert offsets[0] == 0 and len(found) <= 9
     assert offsets[1] == pytest.approx(spacing)
     assert found[-1][0] <= 800
+
+
+@pytest.mark.parametrize(("waiting_for", "tail"), [("timer", "sleep"), ("event", "event"), ("children", "waiting")])
+def test_a_sleep_and_a_wait_for_an_event_are_gaps_of_their_own_kind(waiting_for, tail):
+    waiting = Member("id", "T id", 0, "waiting", at(0), (attempt(0, "done", 1, 2),), waiting_for == "children",
+                     waiting_for=waiting_for)
+    assert kinds(segments(waiting, now=at(50))) == [("queued", 0, 1), ("done", 1, 2), (tail, 2, 50)]

@@ -129,3 +129,17 @@ def test_pgbouncer_restarted_and_server_connections_killed_lose_nothing_and_run_
     assert ProcedureRun.objects.filter(status="running").count() == 0
     assert all(w.alive() for w in workers.started), workers.describe()
     assert not any("Traceback" in w.log() for w in workers.started), workers.describe()
+
+
+def test_an_event_sent_to_a_procedure_waiting_behind_pgbouncer_wakes_its_idle_worker(workers, bouncer):
+    from django_procedures import send_event
+    from testproject.testapp.procedures import Approval
+
+    w = start_behind(workers, bouncer, "--concurrency", "1",
+                     procedures={"POLL_SECONDS": 600.0, "SWEEP_SECONDS": 600.0, "STATS_SECONDS": 600.0})
+    wait_for(lambda: listen_backend(w.worker_id), timeout=60, what="the worker's LISTEN connection", workers=workers)
+    handle = Approval.submit({"names": ["approved"]})
+    wait_for(lambda: handle.refresh().waiting_for == "event", timeout=120, what="the wait", workers=workers)
+    assert send_event(handle, "approved", {"ok": True}).delivered
+    wait_for(lambda: handle.refresh().is_finished, timeout=120, what="the procedure to finish", workers=workers)
+    assert ProcedureRun.objects.get(id=handle.id).output["first"]["payload"] == {"ok": True}
