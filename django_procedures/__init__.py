@@ -14,6 +14,7 @@ __version__ = "0.1.0"  # the one place the version is written: pyproject.toml re
 __all__ = [
     "ChildResult",
     "Context",
+    "Limit",
     "LockKey",
     "NoOutput",
     "NonRetryable",
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "Limit": "django_procedures.policy.limits",
     "LockKey": "django_procedures.procedure",
     "Procedure": "django_procedures.procedure",
     "Status": "django_procedures.procedure",
@@ -63,6 +65,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from django_procedures.exceptions import NonRetryable, NoOutput
     from django_procedures.handle import ProcedureHandle, aget_handle, get_handle
+    from django_procedures.policy.limits import Limit
     from django_procedures.policy.retry import RetryPolicy
     from django_procedures.policy.status import RunStatus
     from django_procedures.procedure import LockKey, Procedure, Status, step

@@ -306,6 +306,7 @@ class Migration(migrations.Migration):
                 ('times', models.JSONField(blank=True, default=list)),
                 ('per', models.FloatField(blank=True, null=True)),
                 ('waiting', models.JSONField(blank=True, default=list)),
+                ('next_at', models.DateTimeField(blank=True, null=True)),
             ],
             options={
                 'ordering': ['name'],

@@ -7,5 +7,5 @@ from django_procedures.models.schedule import Schedule
 from django_procedures.models.step import Step
 from django_procedures.models.worker import Worker, WorkerQuerySet
 
-__all__ = ["FinishedCount", "KeyRequest", "Lease", "LimitUse", "ProcedureRun", "ProcedureRunQuerySet", "Rollup", "Schedule",
-           "Step", "Worker", "WorkerQuerySet"]
+__all__ = ["FinishedCount", "KeyRequest", "Lease", "LimitUse", "ProcedureRun", "ProcedureRunQuerySet", "Rollup",
+           "Schedule", "Step", "Worker", "WorkerQuerySet"]

@@ -24,6 +24,8 @@ class LimitUse(StoreWritten):
     per = models.FloatField(null=True, blank=True)
     #: Queues of procedures a claim passed by because this limit was full: woken when a slot frees.
     waiting = models.JSONField(default=list, blank=True)
+    #: When a full rate next admits a claim that waits for it: idle workers wake then.
+    next_at = models.DateTimeField(null=True, blank=True)
 
     objects = ReadOnlyQuerySet.as_manager()
     _writer = WriterQuerySet.as_manager()  # the store's door; see models/readonly.py

@@ -86,7 +86,7 @@ class Limit:
             _check_per(self.per_seconds)
 
     @classmethod
-    def concurrency(cls, name: str, max: int) -> Limit:  # noqa: A002 (the documented name)
+    def concurrency(cls, name: str, max: int) -> Limit:
         """At most ``max`` procedures holding a limit ``name`` run (hold a lease) at once, across the fleet."""
         return cls(name, CONCURRENCY, max)
 

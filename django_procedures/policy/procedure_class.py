@@ -31,6 +31,8 @@ class NewRun:
     run_at: datetime
     key: str | None
     lock_keys: list[list[str]]
+    #: Flow-control limits as stored (``policy.limits``), already asked of ``limits()``; None: unlimited.
+    limits: list[list[Any]] | None = None
 
 
 class NamedStep(Protocol):

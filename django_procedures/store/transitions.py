@@ -26,7 +26,7 @@ from django_procedures.policy.status import LeaseOutcome, RunStatus, StepStatus
 from django_procedures.policy.text import clean_text
 from django_procedures.policy.tree_retry import collateral_reason
 from django_procedures.policy.waiting import WaitingFor
-from django_procedures.store import progress_sql, tree
+from django_procedures.store import fence, progress_sql, tree
 from django_procedures.store.claim import Claim
 from django_procedures.store.db import db_now, is_postgresql, sole_statement
 from django_procedures.store.events import send_after_commit
@@ -114,7 +114,7 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
     transaction and the finish hooks write nothing.
     """
     ending = Ending.of(claim)
-    alone = ends_transaction and not ending.hooks_write
+    alone = ends_transaction and not ending.hooks_write and not claim.limits
 
     def write() -> bool:
         if records and is_postgresql():
@@ -123,6 +123,8 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
                                                       progress=progress)
             if not written:
                 return False
+            if claim.limits:  # the statement closed the lease: its limit slots come back in this transaction
+                fence.free_slots([claim.limits])
         else:
             step, now = records[-1].index + 1 if records else claim.step, clock.now()
             if not held_row(claim).update(
