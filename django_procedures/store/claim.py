@@ -64,6 +64,10 @@ class Claim:
     upgraded_to: int | None = None
     #: The concurrency limit names this lease holds a slot of (``store.limits``): freed when the lease ends.
     limits: list[str] = field(default_factory=list)
+    #: The run's limits as ``limits()`` gave them for the state the next write saves (``limits_changed``), stored
+    #: with that write: the next claim takes those.
+    new_limits: list[list[Any]] | None = None
+    limits_changed: bool = False
 
 
 _FIELDS = ["id", "type_name", "state", "step", "step_name", "attempt", "failures", "lost", "lease_token", "queue",

@@ -58,13 +58,15 @@ def _done_rows(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any
 def _version_fields(claim: Claim) -> dict[str, Any]:
     """The class version that upgraded the claim's state (``runtime.versions.upgrade``), for the write that
     saves the state; nothing when the state was not upgraded."""
-    return {} if claim.upgraded_to is None else {"version": claim.upgraded_to}
+    fields: dict[str, Any] = {} if claim.upgraded_to is None else {"version": claim.upgraded_to}
+    return {**fields, "limits": claim.new_limits} if claim.limits_changed else fields  # (and the state's limits)
 
 
 def _upgraded(claim: Claim) -> None:
     """The write that saved the upgraded state committed it: the run now carries the new version."""
     if claim.upgraded_to is not None:
         claim.version, claim.upgraded_to = claim.upgraded_to, None
+    claim.limits_changed = False
 
 
 def _progress_fields(progress: dict[str, Any] | None, now: datetime) -> dict[str, Any]:
@@ -180,7 +182,7 @@ def sleep(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], ne
     with joined():
         fenced_update(claim, status=RunStatus.WAITING, waiting_for=WaitingFor.TIMER, wake_at=wake_at, run_at=wake_at,
                       state=state, step=records[-1].index + 1, step_name=next_step, attempt=1, failures=0, lost=0,
-                      **LEASE_CLEARED, **_progress_fields(progress, clock.now()))
+                      **LEASE_CLEARED, **_progress_fields(progress, clock.now()), **_version_fields(claim))
         Step._writer.bulk_create(_done_rows(claim, records, state))
         close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
         notify([claim.queue])  # idle workers read the next due time again: it may now be this wake time

@@ -16,12 +16,15 @@ class Limited(Procedure):
     ``work`` writes an ``enter`` Effect row, holds ``hold`` seconds (or until the ``flag`` file exists), writes
     ``exit``, then ends its lease as ``then`` says: ``"done"`` (default, through ``finish``), ``"fail"``,
     ``"retry"`` (fails its first attempt), ``"sleep"`` (a durable sleep of ``0`` seconds before ``finish``).
+    ``next_customer`` becomes ``customer`` in ``work``; ``break_limits`` makes ``limits()`` raise from then on.
     """
 
     type_name = "testapp.Limited"
     retry = FAST_RETRY
 
     def limits(self):
+        if self.state.get("limits_raise"):
+            raise RuntimeError("limits broke")
         if self.state.get("bad_limits"):
             return self.state["bad_limits"]
         found = [Limit.concurrency(name.format(**self.state), most) for name, most in self.state.get("concurrency", [])]
@@ -38,6 +41,10 @@ class Limited(Procedure):
             if flag and time.monotonic() > deadline + GATE_TIMEOUT:
                 raise RuntimeError("flag never appeared")
         _effect(ctx, "exit")
+        if "next_customer" in self.state:  # the limits of the next claim follow the new state
+            self.state["customer"] = self.state.pop("next_customer")
+        if self.state.get("break_limits"):
+            self.state["limits_raise"] = True
         then = self.state.get("then", "done")
         if then == "fail":
             raise NonRetryable("failed on purpose")

@@ -168,3 +168,25 @@ def test_a_claim_without_limits_runs_the_statements_it_always_did(django_assert_
     with django_assert_num_queries(2) as queries:  # the keyed pass and the fast path, as before limits
         assert len(claim("w", type_names=[ThreeSteps.type_name], limit=1, lease_seconds=30)) == 1
     assert "procedures_limit" not in " ".join(q["sql"] for q in queries.captured_queries)
+
+
+def test_limits_follow_the_state_each_checkpoint_saves():
+    handle = Limited.submit({"customer": "a", "next_customer": "b", "concurrency": [["customer:{customer}", 1]],
+                             "then": "sleep"})
+    (held,) = take()
+    assert held.limits == ["customer:a"]
+    execute(RunningClaim(held))  # work ran and slept: the row now carries the new state's limits
+    row = ProcedureRun.objects.get(id=handle.id)
+    assert (row.status, row.limits) == ("waiting", [["customer:b", "concurrency", 1, 0.0]])
+    assert in_use("customer:a") == 0
+
+
+def test_limits_raising_after_a_step_fails_that_attempt_with_the_error_and_blocks_nothing():
+    broken = Limited.submit({"concurrency": [["crm", 1]], "break_limits": True})
+    other = Limited.submit({"concurrency": [["crm", 1]]})
+    drain()
+    row = ProcedureRun.objects.get(id=broken.id)
+    assert row.status == "failed" and "limits broke" in row.error
+    assert row.attempt > 1  # retried: the error is retryable
+    assert other.refresh().status == "done"
+    assert in_use("crm") == 0
