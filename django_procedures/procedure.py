@@ -382,6 +382,12 @@ class Procedure:
 
         return submitting.lock_keys_of(cls, dict(state))
 
+    @classmethod
+    def _stored_limits(cls, state: Mapping[str, Any]) -> list[list[Any]] | None:
+        from django_procedures import submitting
+
+        return submitting.limits_of(cls, dict(state))
+
 
 def registered(type_name: str) -> type[Procedure]:
     """The ``Procedure`` class registered as ``type_name`` (``UnknownProcedureType`` if none)."""

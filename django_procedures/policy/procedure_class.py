@@ -60,6 +60,8 @@ class ProcedureClass(Protocol):
     def declares_lock_keys(self) -> bool: ...
     @property
     def version(self) -> int: ...
+    @property
+    def declares_limits(self) -> bool: ...
 
     def _new_run(self, state: Mapping[str, Any] | None, options: Options, *, now: datetime,
                 where: str = "state") -> NewRun:
@@ -68,4 +70,8 @@ class ProcedureClass(Protocol):
 
     def _stored_lock_keys(self, state: Mapping[str, Any]) -> list[list[str]]:
         """The ``[[name, mode], ...]`` a run with ``state`` holds, checked (``lock_keys()`` asked once)."""
+        ...
+
+    def _stored_limits(self, state: Mapping[str, Any]) -> list[list[Any]] | None:
+        """The limits a run with ``state`` runs under, as stored (``limits()`` asked once); None: none."""
         ...

@@ -190,3 +190,17 @@ def test_limits_raising_after_a_step_fails_that_attempt_with_the_error_and_block
     assert row.attempt > 1  # retried: the error is retryable
     assert other.refresh().status == "done"
     assert in_use("crm") == 0
+
+
+def test_a_schedules_runs_carry_the_limits_of_its_state():
+    from datetime import UTC, datetime
+
+    from django_procedures import clock, register_schedule, tick
+
+    t0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    with clock.frozen_at(t0):
+        register_schedule("limited", Limited, period=timedelta(minutes=1),
+                          state={"customer": "a", "concurrency": [["customer:{customer}", 1]]})
+    tick(t0)
+    (row,) = ProcedureRun.objects.filter(schedule__isnull=False)
+    assert row.limits == [["customer:a", "concurrency", 1, 0.0]]
