@@ -204,3 +204,31 @@ def test_a_schedules_runs_carry_the_limits_of_its_state():
     tick(t0)
     (row,) = ProcedureRun.objects.filter(schedule__isnull=False)
     assert row.limits == [["customer:a", "concurrency", 1, 0.0]]
+
+
+def test_the_queue_waiting_for_a_full_limit_is_noted_and_woken_when_a_slot_frees():
+    Limited.submit({"concurrency": [["crm", 1]]}, queue="crm-work")
+    Limited.submit({"concurrency": [["crm", 1]]}, queue="crm-work")
+    (held,) = take(queues=["crm-work"])
+    assert LimitUse.objects.get(name="crm").waiting == ["crm-work"]  # its NOTIFY goes there when a slot frees
+    execute(RunningClaim(held))
+    assert LimitUse.objects.get(name="crm").waiting == []
+
+
+def test_an_async_limits_method_is_refused_when_the_class_is_defined():
+    from django_procedures import Procedure, step
+
+    with pytest.raises(Exception, match="limits"):
+        class AsyncLimits(Procedure):
+            type_name = "tests.AsyncLimits"
+
+            async def limits(self):
+                return []
+
+            @step
+            def only(self, ctx):
+                pass
+
+
+def test_the_limit_table_is_the_one_the_docs_name():
+    assert LimitUse._meta.db_table == "django_procedures_limituse"
