@@ -309,6 +309,8 @@ class Migration(migrations.Migration):
                 ('next_at', models.DateTimeField(blank=True, null=True)),
             ],
             options={
+                'verbose_name': 'limit',
+                'verbose_name_plural': 'limits',
                 'ordering': ['name'],
             },
         ),

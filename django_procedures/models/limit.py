@@ -32,6 +32,8 @@ class LimitUse(StoreWritten):
 
     class Meta:
         ordering = ["name"]
+        verbose_name = "limit"
+        verbose_name_plural = "limits"
 
     def __str__(self) -> str:
         return f"{self.name}: {self.in_use}" + (f" of {self.max}" if self.max else "") + " running"
