@@ -232,3 +232,21 @@ def test_an_async_limits_method_is_refused_when_the_class_is_defined():
 
 def test_the_limit_table_is_the_one_the_docs_name():
     assert LimitUse._meta.db_table == "django_procedures_limituse"
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="LISTEN/NOTIFY")
+@pytest.mark.django_db(transaction=True)
+def test_the_transaction_that_frees_a_slot_notifies_the_waiting_queue():
+    import psycopg
+
+    from django_procedures.store.listening import listen_params
+    from django_procedures.store.notify import CHANNEL
+
+    Limited.submit({"concurrency": [["crm", 1]]}, queue="crm-work")
+    Limited.submit({"concurrency": [["crm", 1]]}, queue="crm-work")
+    (held,) = take(queues=["crm-work"])
+    with psycopg.connect(**listen_params(), autocommit=True) as listener:
+        listener.execute(f"LISTEN {CHANNEL}")
+        execute(RunningClaim(held))  # commits the completion, which frees the slot
+        payloads = {n.payload for n in listener.notifies(timeout=10, stop_after=1)}
+    assert payloads == {"crm-work"}
