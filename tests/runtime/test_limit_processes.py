@@ -6,6 +6,8 @@ from timing); a worker killed with SIGKILL keeps its slot only until the sweep t
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from django_procedures.models import Lease, LimitUse
@@ -62,3 +64,16 @@ def test_a_killed_workers_slot_comes_back_with_the_sweep(workers, tmp_path):
     wait_all([first, second], {"done"}, timeout=WAIT, workers=workers, what="both to finish after the sweep")
     assert Lease.objects.get(procedure_id=first, token=1).outcome == "expired"
     assert in_use("crm") == 0
+
+
+def test_a_rate_limit_holds_across_workers(workers):
+    ids = [Limited.submit({"rate": [["api", 4, 1.0]]}).id for _ in range(12)]
+    start(workers, 3, threads=2)
+    wait_all(ids, {"done"}, timeout=WAIT, workers=workers, what="every rate-limited procedure to finish")
+    claimed = sorted(Lease.objects.filter(procedure_id__in=ids).values_list("claimed_at", flat=True))
+    assert len(claimed) == len(ids)
+    # At most 4 claims in any second. The window is taken a little short: the rate counts the claiming
+    # worker's clock, the lease row the database's a moment later.
+    window = timedelta(seconds=0.9)
+    assert max(sum(1 for t in claimed if s <= t < s + window) for s in claimed) <= 4
+    assert claimed[-1] - claimed[0] >= timedelta(seconds=1.8)  # 12 claims at 4 a second span two seconds at least
