@@ -23,6 +23,10 @@ from typing import Any
 MAX_NAME_LENGTH = 200
 #: Largest ``count`` of a rate limit: its row keeps that many claim times.
 MAX_RATE_COUNT = 10_000
+#: Largest concurrency ``max``: the limit table's integer column.
+MAX_CONCURRENCY = 2**31 - 1
+#: Longest rate window: ten years (a wake time past the year 9999 cannot be written).
+MAX_PER_SECONDS = 10 * 365 * 86400.0
 CONCURRENCY = "concurrency"
 RATE = "rate"
 #: The limit name of a queue's ``PROCEDURES["QUEUES"]`` limits.
@@ -59,6 +63,8 @@ def _check_per(per: Any) -> float:
         raise TypeError(f"a rate's per must be a timedelta or seconds; got {type(per).__name__} {per!r}")
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"a rate's per must be a positive, finite duration; got {per!r}")
+    if seconds > MAX_PER_SECONDS:
+        raise ValueError(f"a rate's per is at most ten years ({MAX_PER_SECONDS:g} seconds); got {per!r}")
     return seconds
 
 
@@ -79,6 +85,8 @@ class Limit:
             raise ValueError(f"a limit's kind is {CONCURRENCY!r} or {RATE!r}; got {self.kind!r}")
         _check_positive_int(self.amount, "a concurrency limit's max" if self.kind == CONCURRENCY
                             else "a rate limit's count")
+        if self.kind == CONCURRENCY and self.amount > MAX_CONCURRENCY:
+            raise ValueError(f"a concurrency limit's max is at most {MAX_CONCURRENCY}; got {self.amount}")
         if self.kind == RATE:
             if self.amount > MAX_RATE_COUNT:
                 raise ValueError(f"a rate limit's count is at most {MAX_RATE_COUNT}; got {self.amount} "

@@ -157,7 +157,7 @@ def grant_due(*, kinds: Kinds, queues: Sequence[str] | None, limit: int, now: da
             if len(granted) >= limit:
                 return granted
             skip.append(pid)
-            limits = rules.parse(stored) + by_queue.get(queue, [])
+            limits = _parsed(pid, stored) + by_queue.get(queue, [])
             if not limits:
                 granted.append(Granted(pid, []))
                 continue
@@ -177,6 +177,16 @@ def grant_due(*, kinds: Kinds, queues: Sequence[str] | None, limit: int, now: da
                 _note_waiting(limits, after, queue, now)  # woken in this queue when a slot frees (or at next_at)
             granted.append(Granted(pid, sorted({lim.name for lim in limits if lim.kind == CONCURRENCY})))
     return granted
+
+
+def _parsed(pid: uuid.UUID, stored: Any) -> list[Limit]:
+    """A row's stored limits; ones that no longer parse (written by hand, or before a check was added) are
+    ignored with a warning rather than stopping every claim."""
+    try:
+        return rules.parse(stored)
+    except (TypeError, ValueError) as error:
+        logger.warning("procedure %s: its stored limits %r are ignored: %s", pid, stored, error)
+        return []
 
 
 def _write(limits: list[Limit], after: Mapping[str, Use]) -> None:

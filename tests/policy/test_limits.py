@@ -40,6 +40,9 @@ def test_concurrency_and_rate_are_made_and_stored():
     (lambda: Limit.concurrency("", 1), ValueError, "must not be empty"),
     (lambda: Limit.concurrency("x" * (MAX_NAME_LENGTH + 1), 1), ValueError, "at most 200 characters"),
     (lambda: Limit.concurrency(7, 1), TypeError, "must be a str"),
+    (lambda: Limit.concurrency("crm", 2**31), ValueError, "at most 2147483647"),
+    (lambda: Limit.rate("api", 10_001, 60), ValueError, "at most 10000"),
+    (lambda: Limit.rate("api", 10, 1e12), ValueError, "at most ten years"),
 ])
 def test_bad_limits_are_refused_where_made(make, error, words):
     with pytest.raises(error, match=words):

@@ -250,3 +250,9 @@ def test_the_transaction_that_frees_a_slot_notifies_the_waiting_queue():
         execute(RunningClaim(held))  # commits the completion, which frees the slot
         payloads = {n.payload for n in listener.notifies(timeout=10, stop_after=1)}
     assert payloads == {"crm-work"}
+
+
+def test_stored_limits_that_no_longer_parse_never_stop_the_claims():
+    handle = Limited.submit({"concurrency": [["crm", 1]]})
+    ProcedureRun._writer.filter(id=handle.id).update(limits=[["crm", "concurrency", 0, 0.0]])
+    assert [c.id for c in take()] == [handle.id]
