@@ -256,3 +256,27 @@ def test_stored_limits_that_no_longer_parse_never_stop_the_claims():
     handle = Limited.submit({"concurrency": [["crm", 1]]})
     ProcedureRun._writer.filter(id=handle.id).update(limits=[["crm", "concurrency", 0, 0.0]])
     assert [c.id for c in take()] == [handle.id]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL plans")
+def test_the_fast_path_and_the_limited_pass_each_can_read_their_own_partial_index():
+    from django_procedures.store import claim as claims
+    from django_procedures.store.db import text_array
+    from django_procedures.store.kinds import Kinds
+
+    kinds = Kinds.of(TYPES)
+    fast = claims._PG_DUE.format(run=ProcedureRun._meta.db_table, queue_filter="")
+    limited = flow._PG_LIMITED_DUE.format(
+        run=ProcedureRun._meta.db_table, queue_filter="",
+        which=f"r.limits IS NOT NULL AND NOT {flow._PG_FULL.format(limit=LimitUse._meta.db_table)}")
+    params = {"now": timezone.now(), **kinds.params(), "limit": 5, "skip": [], "full_queues": text_array(()),
+              "limited_queues": text_array(()), "epoch": 0.0}
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+        plans = []
+        for sql in (fast, limited):
+            cursor.execute("EXPLAIN " + sql, params)
+            plans.append("\n".join(row[0] for row in cursor.fetchall()))
+    assert "procedures_claim_idx" in plans[0], plans[0]
+    assert "procedures_limited_claim_idx" in plans[1], plans[1]
