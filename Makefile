@@ -61,7 +61,7 @@ PGBOUNCER_FILES := tests/runtime/test_worker_processes.py tests/runtime/test_fau
 	tests/runtime/test_lock_key_processes.py tests/runtime/test_tree_processes.py \
 	tests/runtime/test_tree_crash_processes.py tests/runtime/test_schedule_fault_processes.py \
 	tests/runtime/test_reconnect.py tests/runtime/test_pgbouncer_processes.py tests/runtime/test_cancel_race_processes.py \
-	tests/test_soak.py
+	tests/runtime/test_limit_processes.py tests/test_soak.py
 # The Django 6 leg leaves out the benchmark smoke runs (they drive the same code as on Django 5.2 for a minute, and
 # the PostgreSQL leg runs them) and PGBOUNCER_FILES: CI runs those on Django 6 through PgBouncer
 # (make test-pgbouncer PGBOUNCER_VENV=.venv-django6), so that each Django runs the process tier once.

@@ -33,7 +33,7 @@ BASE = {
     "attempt": "1", "failures": "0", "lost": "0", "in_unsafe_step": "false",
     "parent_id": "NULL", "root_id": "NULL", "depth": "0", "pending_children": "0", "suspension": "0",
     "spawned_in": "0", "position": "0", "failure_handled": "false", "lock_keys": "'[]'::jsonb",
-    "keys_held": "false", "waiting_for_keys": "false", "in_rollback": "false", "rollback_error": "''",
+    "keys_held": "false", "waiting_for_keys": "false", "limits": "NULL", "in_rollback": "false", "rollback_error": "''",
     "priority": "0", "key": "CASE WHEN g %% 5 = 0 THEN %(kind)s || '-key-' || g END",
     "run_at": "now() - age", "lease_token": "1", "lease_owner": "''", "lease_expires_at": "NULL",
     "output": "jsonb_build_object('ok', true)", "error": "''", "traceback": "''", "failed_step": "''",

@@ -15,6 +15,7 @@ __all__ = [
     "ChildResult",
     "Context",
     "EventNotDelivered",
+    "Limit",
     "LockKey",
     "NoOutput",
     "NonRetryable",
@@ -39,6 +40,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "Limit": "django_procedures.policy.limits",
     "LockKey": "django_procedures.procedure",
     "Procedure": "django_procedures.procedure",
     "Status": "django_procedures.procedure",
@@ -67,6 +69,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from django_procedures.exceptions import EventNotDelivered, NonRetryable, NoOutput
     from django_procedures.handle import ProcedureHandle, aget_handle, get_handle
+    from django_procedures.policy.limits import Limit
     from django_procedures.policy.retry import RetryPolicy
     from django_procedures.policy.status import RunStatus
     from django_procedures.procedure import LockKey, Procedure, Status, step

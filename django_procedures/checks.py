@@ -82,6 +82,45 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     if sqlite:
         errors.extend(_check_sqlite())
     errors.extend(_check_pooler())
+    errors.extend(_check_queue_limits(conf.QUEUES))
+    return errors
+
+
+def _check_queue_limits(queues: Any) -> list[Any]:
+    """E021: ``PROCEDURES["QUEUES"]`` is read by every claim: a bad entry is refused at start-up."""
+    from django_procedures.policy.limits import queue_limits
+
+    if not isinstance(queues, dict):
+        return [Error(f'PROCEDURES["QUEUES"] must be a dict of queue names to limits; got {queues!r}',
+                      hint='For example {"email": {"concurrency": 10, "rate": (100, 60)}}.',
+                      id="django_procedures.E021")]
+    try:
+        queue_limits(queues)
+    except (TypeError, ValueError) as error:
+        return [Error(str(error), hint='For example {"email": {"concurrency": 10, "rate": (100, 60)}}: at most 10 '
+                      "running at once, at most 100 claims per 60 seconds; see docs/flow-control.md.",
+                      id="django_procedures.E021")]
+    return []
+
+
+@register(Tags.compatibility)
+def check_limits_methods(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """E022: a registered class's ``limits`` must be a method returning ``Limit`` values."""
+    import inspect
+
+    from django_procedures import registry
+    from django_procedures.procedure import registered
+
+    errors = []
+    for name in registry.type_names():
+        cls = registered(name)
+        method = inspect.getattr_static(cls, "limits", None)
+        if not callable(method) and not isinstance(method, staticmethod | classmethod):
+            errors.append(Error(
+                f"{cls.__qualname__}.limits must be a method, def limits(self): return [Limit...]; got "
+                f"{type(method).__name__} {method!r}",
+                hint="Limits may depend on the state, so they are a method: return [Limit.concurrency(name, max)] "
+                     "or [Limit.rate(name, count, per)].", obj=cls, id="django_procedures.E022"))
     return errors
 
 

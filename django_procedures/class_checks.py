@@ -36,7 +36,7 @@ def check_class_attributes(cls: type[Procedure]) -> None:
 
 
 #: Methods the worker calls on a procedure object, besides its steps.
-_CALLED_METHODS = ("execute", "rollback", "on_child_failed", "lock_keys")
+_CALLED_METHODS = ("execute", "rollback", "on_child_failed", "lock_keys", "limits")
 
 
 def refuse_async_methods(cls: type[Procedure]) -> None:

@@ -46,6 +46,9 @@ DEFAULTS: dict[str, Any] = {
     "IDLE_IN_TRANSACTION_TIMEOUT_SECONDS": None,
     # Seconds between the worker's stats log lines.
     "STATS_SECONDS": 60.0,
+    # Fleet-wide limits per queue: {"email": {"concurrency": 10, "rate": (100, 60)}} (rate: count per seconds
+    # or timedelta); see docs/flow-control.md. Read by workers at each claim.
+    "QUEUES": {},
     # Queue of procedures that name none.
     "DEFAULT_QUEUE": "default",
     # How often procedures_worker --with-scheduler (and the Celery beat entry) runs a scheduling pass.

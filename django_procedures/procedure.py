@@ -18,6 +18,7 @@ from django_procedures.policy.waiting import wake_time
 
 if TYPE_CHECKING:
     from django_procedures.handle import ProcedureHandle
+    from django_procedures.policy.limits import Limit
     from django_procedures.policy.procedure_class import NewRun
     from django_procedures.runtime.context import Context
     from django_procedures.store.tree import ChildResult
@@ -178,6 +179,8 @@ class Procedure:
     steps: ClassVar[tuple[StepSpec, ...]] = ()
     #: Whether the class overrides ``lock_keys()`` (set for each subclass): the store asks only then.
     declares_lock_keys: ClassVar[bool] = False
+    #: Whether the class overrides ``limits()`` (set for each subclass): asked only then.
+    declares_limits: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -209,6 +212,7 @@ class Procedure:
             cls.type_name = f"{cls.__module__}.{cls.__qualname__}"
         cls.steps = _collect_steps(cls)
         cls.declares_lock_keys = cls.lock_keys is not Procedure.lock_keys
+        cls.declares_limits = cls.limits is not Procedure.limits
         class_checks.check_class_attributes(cls)
         class_checks.refuse_async_methods(cls)
         if not cls.abstract:
@@ -230,6 +234,15 @@ class Procedure:
         """Keys this procedure holds from its first claim until it is final (none by default).
 
         Called once, at submit, with the submitted state.
+        """
+        return []
+
+    def limits(self) -> list[Limit]:
+        """Fleet-wide flow-control limits (``Limit.concurrency``, ``Limit.rate``) this procedure's attempts run
+        under (none by default); see docs/flow-control.md.
+
+        Called at submit with the submitted state (an error there is the caller's), and after each
+        checkpoint with the new state. The store never calls it: the names and numbers are stored on the run.
         """
         return []
 
@@ -384,6 +397,12 @@ class Procedure:
         from django_procedures import submitting
 
         return submitting.lock_keys_of(cls, dict(state))
+
+    @classmethod
+    def _stored_limits(cls, state: Mapping[str, Any]) -> list[list[Any]] | None:
+        from django_procedures import submitting
+
+        return submitting.limits_of(cls, dict(state))
 
 
 def registered(type_name: str) -> type[Procedure]:

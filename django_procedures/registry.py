@@ -50,6 +50,11 @@ def versions(type_names: Sequence[str]) -> list[int]:
     return [_types[name].version if name in _types else 1 for name in type_names]
 
 
+def declares_limits(type_names: Sequence[str]) -> bool:
+    """Whether a registered class of ``type_names`` overrides ``limits()`` (its runs may carry limits)."""
+    return any(getattr(_types[name], "declares_limits", False) for name in type_names if name in _types)
+
+
 def autodiscover() -> None:
     """Import the ``procedures`` module of every installed app."""
     from django.utils.module_loading import autodiscover_modules

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from django_procedures import clock
 from django_procedures.conf import conf
 from django_procedures.policy import options as checks
+from django_procedures.policy.limits import stored_limits
 from django_procedures.policy.options import Options
 from django_procedures.policy.procedure_class import NewRun
 from django_procedures.policy.state import StateTooLarge, check_state, encode_state, find_problem, size_problem
@@ -51,6 +52,16 @@ def lock_keys_of(cls: type[Procedure], state: dict[str, Any]) -> list[list[str]]
     return [[name, stored[name]] for name in sorted(stored)]
 
 
+def limits_of(cls: type[Procedure], state: dict[str, Any]) -> list[list[Any]] | None:
+    """The limits a procedure with ``state`` declares, as stored on its row (None: unlimited); ``limits()``
+    raising, or returning anything but ``Limit`` values, propagates to the caller (``TypeError`` for the latter)."""
+    if not cls.declares_limits:
+        return None
+    instance = cls.__new__(cls)
+    instance.state = state
+    return stored_limits(instance.limits(), cls.__qualname__)
+
+
 def new_run(cls: type[Procedure], state: Mapping[str, Any] | None, options: Options, *, now: datetime,
             where: str = "state") -> NewRun:
     """The row data of a run of ``cls`` with ``state`` submitted at ``now``; ``TypeError`` if the state is
@@ -69,7 +80,7 @@ def new_run(cls: type[Procedure], state: Mapping[str, Any] | None, options: Opti
         queue=options.queue if options.queue is not None else cls.queue or conf.DEFAULT_QUEUE,
         priority=cls.priority if options.priority is None else options.priority,
         run_at=checks.run_at(options.run_after if options.debounce is None else options.debounce, now),
-        key=options.key, lock_keys=lock_keys_of(cls, plain))
+        key=options.key, lock_keys=lock_keys_of(cls, plain), limits=limits_of(cls, plain))
 
 
 def submit_one(cls: type[Procedure], state: Mapping[str, Any] | None, options: Options, *,

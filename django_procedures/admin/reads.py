@@ -17,11 +17,11 @@ from django.db import connection
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from django_procedures import registry
+from django_procedures import clock, registry
 from django_procedures.admin.why import KeyWait, NodeFacts
 from django_procedures.exceptions import UnknownProcedureType
-from django_procedures.models import KeyRequest, Lease, ProcedureRun
-from django_procedures.policy.status import FINAL, LEASED, RunStatus
+from django_procedures.models import KeyRequest, Lease, LimitUse, ProcedureRun
+from django_procedures.policy.status import CLAIMABLE, FINAL, LEASED, RunStatus
 
 #: Columns the list, the tree and the confirmation pages show (never the large state/output/traceback).
 ROW_FIELDS = ("id", "type_name", "status", "step", "step_name", "attempt", "failures", "lost", "parent_id",
@@ -29,7 +29,7 @@ ROW_FIELDS = ("id", "type_name", "status", "step", "step_name", "attempt", "fail
               "in_rollback", "queue", "priority", "key", "run_at", "lease_token", "lease_owner", "lease_expires_at",
               "error", "failure_can_retry", "created_at", "started_at", "finished_at", "progress",
               "step_started_at", "retried_at", "waiting_for", "wake_at", "version",
-              "waiting_events")
+              "waiting_events", "limits")
 #: Most members of one tree the procedure page loads.
 TREE_LIMIT = 500
 
@@ -122,8 +122,10 @@ def _add_facts(nodes: dict[uuid.UUID, Node]) -> None:
     leased = [pid for pid in unfinished if nodes[pid].row.status in LEASED]
     lengths = lease_lengths({pid: nodes[pid].row.lease_token for pid in leased})
     left = unfinished_children([pid for pid in unfinished if nodes[pid].row.status == RunStatus.WAITING])
+    full = limits_full([nodes[pid].row for pid in unfinished if nodes[pid].row.status in CLAIMABLE])
     for pid in unfinished:
-        nodes[pid].facts = facts_of(nodes[pid].row, waits.get(pid, ()), lengths.get(pid), left.get(pid, 0))
+        nodes[pid].facts = facts_of(nodes[pid].row, waits.get(pid, ()), lengths.get(pid), left.get(pid, 0),
+                                    full.get(pid, ()))
 
 
 def unfinished_children(parent_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
@@ -136,8 +138,34 @@ def unfinished_children(parent_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]
     return dict(rows)
 
 
+def limits_full(rows: Sequence[ProcedureRun]) -> dict[uuid.UUID, tuple[str, ...]]:
+    """For each ready or retrying row with limits (its own, or its queue's), the limits full now, in words
+    (``"crm-api: 5 of 5 running"``); one query for the limit rows."""
+    from django_procedures.conf import conf
+    from django_procedures.policy.limits import Use, admits, parse, queue_limits
+
+    try:
+        by_queue = queue_limits(conf.QUEUES)
+    except (TypeError, ValueError):  # check E021 says what is wrong
+        by_queue = {}
+    wanted = {row.id: parse(row.limits) + by_queue.get(row.queue, []) for row in rows}
+    wanted = {pid: limits for pid, limits in wanted.items() if limits}
+    if not wanted:
+        return {}
+    names = {limit.name for limits in wanted.values() for limit in limits}
+    uses = {name: Use(in_use, tuple(times or ())) for name, in_use, times in
+            LimitUse.objects.filter(name__in=names).values_list("name", "in_use", "times")}
+    now = clock.now().timestamp()
+    found = {}
+    for pid, limits in wanted.items():
+        full = tuple(text for limit in limits if (text := admits([limit], uses, now)))
+        if full:
+            found[pid] = full
+    return found
+
+
 def facts_of(row: ProcedureRun, waits: Sequence[KeyWait] = (), lease_seconds: float | None = None,
-             unfinished: int | None = None) -> NodeFacts:
+             unfinished: int | None = None, limits_full: Sequence[str] = ()) -> NodeFacts:
     """What the "why" column says of ``row``; ``unfinished``: its unfinished children, if counted."""
     cls = procedure_class(row.type_name)
     return NodeFacts(
@@ -148,7 +176,7 @@ def facts_of(row: ProcedureRun, waits: Sequence[KeyWait] = (), lease_seconds: fl
         type_known=cls is not None, type_name=row.type_name,
         in_rollback=row.in_rollback, attempt=row.attempt, error=row.error, waiting_for=row.waiting_for,
         wake_at=row.wake_at, waiting_events=tuple(row.waiting_events or ()), version=row.version,
-        code_version=cls.version if cls is not None else None)
+        code_version=cls.version if cls is not None else None, limits_full=tuple(limits_full))
 
 
 def key_waits(procedure_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[KeyWait]]:

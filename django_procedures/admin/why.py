@@ -50,6 +50,8 @@ class NodeFacts:
     #: The class version that wrote the run, and the registered class's in this process (None: unknown type).
     version: int = 1
     code_version: int | None = None
+    #: The flow-control limits it is over now, in words: ``"crm-api: 5 of 5 running"``.
+    limits_full: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,9 @@ def _pending(facts: NodeFacts, now: datetime) -> tuple[Reason, ...]:
         keys = ", ".join(repr(w.key) for w in facts.key_waits) or "its lock keys"
         reasons.append(Reason("lock", f"waiting for {keys}, which nobody holds now; the next release or "
                                       "sweep makes it claimable again"))
+    if due and facts.limits_full:
+        reasons.append(Reason("limit", f"over its limit {'; '.join(facts.limits_full)}: it stays ready and is "
+                                       "claimed as soon as the limit allows", {"limits": facts.limits_full}))
     if due and not reasons:
         since = "" if facts.run_at is None else f" since {timestamp(facts.run_at)} " \
                                                    f"({duration((now - facts.run_at).total_seconds())} ago)"

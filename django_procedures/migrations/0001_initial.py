@@ -198,6 +198,7 @@ class Migration(migrations.Migration):
                 ('lock_keys', models.JSONField(blank=True, default=list)),
                 ('keys_held', models.BooleanField(default=False)),
                 ('waiting_for_keys', models.BooleanField(default=False)),
+                ('limits', models.JSONField(blank=True, null=True)),
                 ('in_rollback', models.BooleanField(default=False)),
                 ('rollback_error', models.TextField(blank=True)),
                 ('queue', models.CharField(default='default', max_length=100)),
@@ -291,11 +292,29 @@ class Migration(migrations.Migration):
                 ('expires_at', models.DateTimeField(blank=True, null=True)),
                 ('released_at', models.DateTimeField(blank=True, null=True)),
                 ('outcome', models.CharField(blank=True, choices=[('completed', 'completed'), ('retried', 'retried'), ('failed', 'failed'), ('released', 'released'), ('expired', 'expired'), ('lost', 'lost')], max_length=10)),
+                ('limits', models.JSONField(blank=True, null=True)),
                 ('procedure', models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='leases', to='django_procedures.procedurerun')),
             ],
             options={
                 'ordering': ['procedure', 'token'],
                 'constraints': [models.UniqueConstraint(fields=('procedure', 'token'), name='procedures_lease_token')],
+            },
+        ),
+        migrations.CreateModel(
+            name='LimitUse',
+            fields=[
+                ('name', models.CharField(max_length=200, primary_key=True, serialize=False)),
+                ('in_use', models.PositiveIntegerField(db_default=0, default=0)),
+                ('max', models.PositiveIntegerField(blank=True, null=True)),
+                ('times', models.JSONField(blank=True, default=list)),
+                ('per', models.FloatField(blank=True, null=True)),
+                ('waiting', models.JSONField(blank=True, default=list)),
+                ('next_at', models.DateTimeField(blank=True, null=True)),
+            ],
+            options={
+                'verbose_name': 'limit',
+                'verbose_name_plural': 'limits',
+                'ordering': ['name'],
             },
         ),
         migrations.CreateModel(
@@ -317,7 +336,11 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='procedurerun',
-            index=models.Index(condition=models.Q(('status__in', (django_procedures.policy.status.RunStatus['READY'], django_procedures.policy.status.RunStatus['RETRYING']))), fields=['-priority', 'run_at'], name='procedures_claim_idx'),
+            index=models.Index(condition=models.Q(('limits__isnull', True), ('status__in', (django_procedures.policy.status.RunStatus['READY'], django_procedures.policy.status.RunStatus['RETRYING']))), fields=['-priority', 'run_at'], name='procedures_claim_idx'),
+        ),
+        migrations.AddIndex(
+            model_name='procedurerun',
+            index=models.Index(condition=models.Q(('limits__isnull', False), ('status__in', (django_procedures.policy.status.RunStatus['READY'], django_procedures.policy.status.RunStatus['RETRYING']))), fields=['-priority', 'run_at'], name='procedures_limited_claim_idx'),
         ),
         migrations.AddIndex(
             model_name='procedurerun',

@@ -21,6 +21,8 @@ class Lease(StoreWritten):
     expires_at = models.DateTimeField(null=True, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=10, blank=True, choices=[(o.value, o.value) for o in LeaseOutcome])
+    #: The concurrency limit names this lease holds a slot of (freed when it closes); None: none.
+    limits = models.JSONField(null=True, blank=True)
 
     objects = ReadOnlyQuerySet.as_manager()
     _writer = WriterQuerySet.as_manager()  # the store's door; see models/readonly.py

@@ -90,6 +90,9 @@ class ProcedureRun(StoreWritten):
     lock_keys = models.JSONField(default=list, blank=True)
     keys_held = models.BooleanField(default=False)
     waiting_for_keys = models.BooleanField(default=False)
+    # Flow-control limits as [[name, kind, amount, per_seconds], ...], computed by limits() at submit and at
+    # each checkpoint; NULL (most runs): unlimited, claimed by the claim's fast path.
+    limits = models.JSONField(null=True, blank=True)
 
     # Set when a permanent failure started the rollback; the rollback's own error, if it failed too.
     in_rollback = models.BooleanField(default=False)
@@ -152,8 +155,12 @@ class ProcedureRun(StoreWritten):
         ]
         indexes = [
             # The claim: due rows in priority, then run_at order. Partial, so finished rows cost nothing.
-            models.Index(fields=["-priority", "run_at"], condition=Q(status__in=CLAIMABLE),
+            # Unlimited ones only: rows over a limit at the front of a queue cost the fast path nothing.
+            models.Index(fields=["-priority", "run_at"], condition=Q(status__in=CLAIMABLE, limits__isnull=True),
                          name="procedures_claim_idx"),
+            # Procedures with flow-control limits, decided in a pass of their own (store.limits).
+            models.Index(fields=["-priority", "run_at"], condition=Q(status__in=CLAIMABLE, limits__isnull=False),
+                         name="procedures_limited_claim_idx"),
             # Procedures taking lock keys for the first time, decided before the rest of a claim.
             models.Index(fields=["-priority", "run_at"], name="procedures_key_claim_idx",
                          condition=Q(status__in=CLAIMABLE, keys_held=False, waiting_for_keys=False)

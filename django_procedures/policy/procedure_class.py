@@ -31,6 +31,8 @@ class NewRun:
     run_at: datetime
     key: str | None
     lock_keys: list[list[str]]
+    #: Flow-control limits as stored (``policy.limits``), already asked of ``limits()``; None: unlimited.
+    limits: list[list[Any]] | None = None
 
 
 class NamedStep(Protocol):
@@ -60,6 +62,8 @@ class ProcedureClass(Protocol):
     def version(self) -> int: ...
     @property
     def renamed_steps(self) -> Mapping[str, str]: ...
+    @property
+    def declares_limits(self) -> bool: ...
 
     def _new_run(self, state: Mapping[str, Any] | None, options: Options, *, now: datetime,
                 where: str = "state") -> NewRun:
@@ -68,4 +72,8 @@ class ProcedureClass(Protocol):
 
     def _stored_lock_keys(self, state: Mapping[str, Any]) -> list[list[str]]:
         """The ``[[name, mode], ...]`` a run with ``state`` holds, checked (``lock_keys()`` asked once)."""
+        ...
+
+    def _stored_limits(self, state: Mapping[str, Any]) -> list[list[Any]] | None:
+        """The limits a run with ``state`` runs under, as stored (``limits()`` asked once); None: none."""
         ...

@@ -10,6 +10,7 @@ from django.db import DatabaseError, Error, connection, transaction
 from django_procedures import clock, submitting
 from django_procedures.conf import conf
 from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
+from django_procedures.policy.limits import stored_limits
 from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error, decide_failure, is_poisonous
 from django_procedures.policy.state import copy_state, encode_state, find_problem, size_problem
 from django_procedures.procedure import Procedure, Status, StepSpec, registered
@@ -242,6 +243,8 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             running.progress.step_ended()  # no write follows: a report held back past its interval is written
             continue
         done, state, text = tuple(records), procedure.state, _measured(procedure, spec, record)
+        if cls.declares_limits:  # the next claim runs under the limits of the state this write saves
+            claim.new_limits, claim.limits_changed = _limits_of(procedure, record), True
         resume_at = following.name if following else ""  # "" after the last step: it then completes
         if status.kind == "suspended" and status.children:
             rows = _child_rows(claim, status, record)
@@ -253,6 +256,14 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
         if following is None:
             return Completed(done, state, status.output, safe=safe, state_text=text)
         return Continued(done, state, following.name, safe=safe, state_text=text)
+
+
+def _limits_of(procedure: Procedure, record: StepRecord) -> list[list[Any]] | None:
+    """``limits()`` asked of the new state; raising (or returning what is not a ``Limit``) fails the attempt."""
+    try:
+        return stored_limits(procedure.limits(), type(procedure).__qualname__)
+    except Exception as error:
+        raise _StepFailed(record, error, trace_text()) from error
 
 
 def _measured(procedure: Procedure, spec: StepSpec, record: StepRecord) -> str:

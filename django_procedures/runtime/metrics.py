@@ -38,6 +38,22 @@ def require_client() -> Any:
     return prometheus_client
 
 
+class _DeferredClaims:
+    """``django_procedures_claims_deferred{limit}``: procedures this worker's claims passed by because a limit
+    was full (``store.limits.deferrals``; rows a claim skipped in SQL as known full are not counted)."""
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        from django_procedures.store.limits import deferrals
+
+        family = CounterMetricFamily("django_procedures_claims_deferred", "Procedures this worker's claims passed "
+                                     "by because a flow-control limit was full.", labels=["limit"])
+        for name, n in sorted(deferrals.items()):
+            family.add_metric([name], n)
+        yield family
+
+
 class WorkerMetrics:
     """One worker's counters and histograms, in a registry of their own (an observer of ``runtime.observe``)."""
 
@@ -64,6 +80,7 @@ class WorkerMetrics:
         busy = client.Gauge("django_procedures_busy_threads", "Executor threads running a procedure now.",
                             registry=registry)
         busy.set_function(busy_threads)
+        registry.register(_DeferredClaims())
 
     # -- observer methods (runtime.observe) -----------------------------------------------
 

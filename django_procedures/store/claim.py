@@ -15,7 +15,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from django_procedures import clock, signals
-from django_procedures.models import Lease, ProcedureRun, Schedule
+from django_procedures.models import Lease, LimitUse, ProcedureRun, Schedule
 from django_procedures.policy.schedule_args import MAX_DURATION
 from django_procedures.policy.status import CLAIMABLE, RunStatus
 from django_procedures.store.db import bound_cursor, db_now_plus, is_postgresql, sql_list, text_array
@@ -62,6 +62,12 @@ class Claim:
     #: class upgraded it (``upgrade_state``); None: unchanged.
     version: int = 1
     upgraded_to: int | None = None
+    #: The concurrency limit names this lease holds a slot of (``store.limits``): freed when the lease ends.
+    limits: list[str] = field(default_factory=list)
+    #: The run's limits as ``limits()`` gave them for the state the next write saves (``limits_changed``), stored
+    #: with that write: the next claim takes those.
+    new_limits: list[list[Any]] | None = None
+    limits_changed: bool = False
 
 
 _FIELDS = ["id", "type_name", "state", "step", "step_name", "attempt", "failures", "lost", "lease_token", "queue",
@@ -91,10 +97,11 @@ def _deadline(started_at: datetime | None, retried_at: datetime | None,
 _TYPE_IN = "(type_name || '') = ANY(%(types)s::text[])"
 _QUEUE_IN = "AND (queue || '') = ANY(%(queues)s::text[])"
 
-# Due rows that need no lock key decision: no keys, or keys already held from an earlier claim.
+# Due rows that need no lock key decision: no keys, or keys already held from an earlier claim; and no limits
+# (procedures_claim_idx holds unlimited rows only; store.limits decides the others).
 _PG_DUE = f"""
     SELECT id FROM {{run}}
-    WHERE status IN ({sql_list(CLAIMABLE)}) AND run_at <= %(now)s AND {_TYPE_IN} {VERSION_OK}
+    WHERE status IN ({sql_list(CLAIMABLE)}) AND limits IS NULL AND run_at <= %(now)s AND {_TYPE_IN} {VERSION_OK}
       {{queue_filter}} AND NOT waiting_for_keys AND (keys_held OR lock_keys = '[]'::jsonb)
     ORDER BY priority DESC, run_at
     LIMIT %(limit)s
@@ -144,6 +151,8 @@ def claim(
     """
     if not type_names or limit < 1:
         return []
+    from django_procedures import registry
+    from django_procedures.store import limits as flow
     from django_procedures.store import locks
 
     kinds = Kinds.of(type_names, versions)
@@ -153,9 +162,21 @@ def claim(
         if outermost:
             _tune_claim_transaction()
         granted = locks.grant_due(kinds=kinds, queues=queues, limit=limit, now=now) if keyed else []
+        limited_queues = list(flow.configured_queue_limits())
+        # The limited pass runs first when this worker's classes declare limits() or queues have limits; else
+        # only after a claim the fast path left short (runs stored with limits by an earlier deploy, say), so
+        # a fleet without limits claims with the statements it always did.
+        limited_first = bool(limited_queues) or registry.declares_limits(type_names)
+        if granted and limited_first:  # one with limits holds its keys now, and takes its limits in the limited pass
+            granted = flow.keys_first(granted, limited_queues)
         claims = _lease(worker, granted, lease_seconds, now) if granted else []
+        if limited_first and len(claims) < limit:
+            claims += _lease_limited(worker, kinds, queues, limit - len(claims), lease_seconds, now)
         if len(claims) < limit:
-            claims += _lease_due(worker, kinds, queues, limit - len(claims), lease_seconds, now)
+            claims += _lease_due(worker, kinds, queues, limit - len(claims), lease_seconds, now,
+                                 limited_queues)
+        if not limited_first and len(claims) < limit:
+            claims += _lease_limited(worker, kinds, queues, limit - len(claims), lease_seconds, now)
     for c in claims:
         send_after_commit(signals.procedure_started, procedure_id=c.id, type_name=c.type_name,
                           lease_token=c.lease_token)
@@ -183,15 +204,36 @@ def _tune_claim_transaction() -> None:
                            "set_config('enable_bitmapscan', 'off', true)", ())
 
 
+def _lease_limited(worker: str, kinds: Kinds, queues: Sequence[str] | None, limit: int,
+                   lease_seconds: float, now: datetime) -> list[Claim]:
+    """Due procedures with limits that took them (``store.limits``), leased; their leases record the slots."""
+    from django_procedures.store import limits as flow
+
+    granted = flow.grant_due(kinds=kinds, queues=queues, limit=limit, now=now)
+    if not granted:
+        return []
+    claims = _lease(worker, [g.id for g in granted], lease_seconds, now)
+    held = {g.id: g.held for g in granted}
+    for c in claims:
+        c.limits = held[c.id]
+    flow.hold((c.id, c.lease_token, c.limits) for c in claims)
+    return claims
+
+
+# Queues with limits in PROCEDURES["QUEUES"] are left to store.limits (only when some are configured).
+_NOT_LIMITED_QUEUE = "AND NOT (queue = ANY(%(limited_queues)s::text[]))"
+
+
 def _lease_due(worker: str, kinds: Kinds, queues: Sequence[str] | None, limit: int,
-               lease_seconds: float, now: datetime) -> list[Claim]:
+               lease_seconds: float, now: datetime, limited_queues: Sequence[str] = ()) -> list[Claim]:
     if is_postgresql():
         picked = _PG_DUE.format(run=ProcedureRun._meta.db_table,
-                                queue_filter=_QUEUE_IN if queues else "")
+                                queue_filter=(_QUEUE_IN if queues else "")
+                                + (_NOT_LIMITED_QUEUE if limited_queues else ""))
         return _run_pg(picked, worker, lease_seconds, now, **kinds.params(), queues=text_array(queues or ()),
-                       limit=limit)
-    due = ProcedureRun._writer.claimable(now).filter(kinds.q(), waiting_for_keys=False).filter(
-        Q(keys_held=True) | Q(lock_keys=[]))
+                       limit=limit, limited_queues=text_array(limited_queues))
+    due = ProcedureRun._writer.claimable(now).filter(kinds.q(), waiting_for_keys=False, limits__isnull=True).filter(
+        Q(keys_held=True) | Q(lock_keys=[])).exclude(queue__in=limited_queues)
     if queues:
         due = due.filter(queue__in=queues)
     ids = list(due.values_list("id", flat=True)[:limit])
@@ -256,15 +298,21 @@ def due_times(*, type_names: Sequence[str], queues: Sequence[str] | None = None,
     type: any worker's wake pass makes it ready)."""
     if not type_names:
         return DueTimes()
+    from django_procedures.store.limits import configured_queue_limits
+
     kinds = Kinds.of(type_names, versions)
+    limited_queues = list(configured_queue_limits())
     if is_postgresql():  # after every claim that got fewer than it asked for: the ORM cost more than the query
-        return _pg_due_times(kinds, queues)
+        return _pg_due_times(kinds, queues, limited_queues)
     from django_procedures.store.timers import next_wake
 
-    rows = ProcedureRun._writer.pending().filter(kinds.q(), waiting_for_keys=False)
+    now = clock.now()
+    rows = ProcedureRun._writer.pending().filter(kinds.q(), waiting_for_keys=False).filter(
+        (Q(limits__isnull=True) & ~Q(queue__in=limited_queues)) | Q(run_at__gt=now))
     if queues:
         rows = rows.filter(queue__in=queues)
-    return DueTimes(rows.aggregate(at=Min("run_at"))["at"], next_wake())
+    rate = LimitUse._writer.filter(next_at__gt=now).aggregate(at=Min("next_at"))["at"]
+    return DueTimes(min(filter(None, (rows.aggregate(at=Min("run_at"))["at"], rate)), default=None), next_wake())
 
 
 def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None,
@@ -276,23 +324,33 @@ def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None,
 # What due_times' ORM query asks, as a statement prepared once per connection; see _TYPE_IN: its cost follows
 # the backlog, not the history. Ordered and limited rather than min(): with the version filter the planner no
 # longer turned min() into reading procedures_due_idx up to the first match, but scanned every pending row.
+# A run with limits that is due already is not "due" here: it is over its limit (else the claim took it), and
+# a slot freeing NOTIFYs; a full rate says when it next admits one (procedures_limit.next_at).
 _PG_DUE_TIMES = f"""
     SELECT (
         SELECT run_at FROM {{run}}
         WHERE status IN ({sql_list(CLAIMABLE)}) AND NOT waiting_for_keys AND {_TYPE_IN} {VERSION_OK} {{queue_filter}}
+          AND ((limits IS NULL {{not_limited_queue}}) OR run_at > %(now)s)
         ORDER BY run_at LIMIT 1
     ), (  -- procedures_wake_idx
         SELECT min(wake_at) FROM {{run}} WHERE status = '{RunStatus.WAITING}' AND wake_at IS NOT NULL
+    ), (
+        SELECT min(next_at) FROM {{limit}} WHERE next_at > %(now)s
     )
 """
 
 
-def _pg_due_times(kinds: Kinds, queues: Sequence[str] | None) -> DueTimes:
-    sql = _PG_DUE_TIMES.format(run=ProcedureRun._meta.db_table, queue_filter=_QUEUE_IN if queues else "")
+def _pg_due_times(kinds: Kinds, queues: Sequence[str] | None, limited_queues: Sequence[str]) -> DueTimes:
+    sql = _PG_DUE_TIMES.format(run=ProcedureRun._meta.db_table, queue_filter=_QUEUE_IN if queues else "",
+                               limit=LimitUse._meta.db_table,
+                               not_limited_queue=_NOT_LIMITED_QUEUE if limited_queues else "")
     with bound_cursor() as cursor:
-        cursor.execute(sql, {**kinds.params(), "queues": text_array(queues or ())})
+        cursor.execute(sql, {**kinds.params(), "queues": text_array(queues or ()), "now": clock.now(),
+                             "limited_queues": text_array(limited_queues)})
         row = cursor.fetchone()
-    return DueTimes(*row) if row else DueTimes()
+    if not row:
+        return DueTimes()
+    return DueTimes(min(filter(None, (row[0], row[2])), default=None), row[1])
 
 
 def unknown_types(type_names: Sequence[str]) -> dict[str, int]:

@@ -6,6 +6,8 @@ re-reads a claim after a lost connection; :func:`close_lease` ends a ``Lease`` r
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -16,7 +18,7 @@ from django_procedures.exceptions import LeaseLost
 from django_procedures.models import Lease, ProcedureRun
 from django_procedures.policy.status import LEASED, LeaseOutcome
 from django_procedures.store.claim import Claim
-from django_procedures.store.db import db_now
+from django_procedures.store.db import bound_cursor, db_now, is_postgresql
 
 #: What ending a lease clears on the run's row.
 LEASE_CLEARED: dict[str, Any] = {"lease_owner": "", "lease_expires_at": None, "in_unsafe_step": False}
@@ -88,7 +90,39 @@ def reload(claim: Claim) -> Reloaded:
     return Reloaded(held=True, in_unsafe_step=row["in_unsafe_step"])
 
 
+_PG_CLOSE = """
+    UPDATE {lease} SET released_at = clock_timestamp(), outcome = %s
+    WHERE procedure_id = %s AND token = %s AND released_at IS NULL
+    RETURNING limits
+"""
+
+
 def close_lease(procedure_id: Any, token: int, outcome: LeaseOutcome) -> None:
-    Lease._writer.filter(procedure_id=procedure_id, token=token, released_at__isnull=True).update(
-        released_at=db_now(), outcome=outcome
-    )
+    """End the lease ``(procedure_id, token)`` with ``outcome``; the limit slots it held are freed in the same
+    transaction (``store.limits``), once: only by the statement that closed it."""
+    if is_postgresql():  # one statement, as before limits: the lease's slots come back with it
+        with bound_cursor() as cursor:
+            cursor.execute(_PG_CLOSE.format(lease=Lease._meta.db_table), (outcome.value, procedure_id, token))
+            held = [names for (names,) in cursor.fetchall() if names]
+    else:
+        rows = Lease._writer.filter(procedure_id=procedure_id, token=token, released_at__isnull=True)
+        held = [names for names in rows.values_list("limits", flat=True) if names]
+        rows.update(released_at=db_now(), outcome=outcome)
+    if held:
+        free_slots(held)
+
+
+def close_leases(procedure_ids: Sequence[Any], outcome: LeaseOutcome) -> None:
+    """End every open lease of ``procedure_ids`` (a cancelled subtree), freeing their limit slots."""
+    rows = Lease._writer.filter(procedure_id__in=procedure_ids, released_at__isnull=True)
+    held = [names for names in rows.filter(limits__isnull=False).values_list("limits", flat=True) if names]
+    rows.update(released_at=db_now(), outcome=outcome)
+    if held:
+        free_slots(held)
+
+
+def free_slots(held: Sequence[Any]) -> None:
+    from django_procedures.store import limits
+
+    for names in held:
+        limits.free(json.loads(names) if isinstance(names, str) else names)

@@ -91,6 +91,9 @@ def sweep_expired(limit: int = 100) -> SweepReport:
                   .order_by("depth", "id").values(*_SWEPT)[:limit])
     for row in unsafe:
         parked += _park(row)
+    from django_procedures.store import limits
+
+    limits.tidy(clock.now())  # limit rows that count nothing any more (their slots came back with the leases)
     return SweepReport(resumed, parked)
 
 

@@ -56,6 +56,8 @@ _COMPLETE_SETS = (f"status = '{RunStatus.DONE}', output = %(output)s, finished_a
 _PROGRESS_SETS = ", progress = %(progress)s, progress_updated_at = %(now)s"
 #: The class version that upgraded the state (``runtime.versions``): only then, the hot path's statement unchanged.
 _VERSION_SETS = ", version = %(version)s"
+#: The limits ``limits()`` gave for the new state (a class that declares them): only then.
+_LIMITS_SETS = ", limits = %(limits)s"
 _CLOSE_LEASE = f""", lease AS (
     UPDATE {_LEASE} SET released_at = clock_timestamp(), outcome = '{LeaseOutcome.COMPLETED}'
     WHERE procedure_id = %(id)s AND token = %(token)s AND released_at IS NULL AND EXISTS (SELECT FROM run)
@@ -63,13 +65,13 @@ _CLOSE_LEASE = f""", lease AS (
 
 
 @functools.lru_cache(maxsize=64)
-def _statement(complete: bool, steps: int, progress: bool, version: bool = False) -> str:
+def _statement(complete: bool, steps: int, progress: bool, version: bool = False, limits: bool = False) -> str:
     """The statement for ``steps`` Step rows (one per step run since the last checkpoint; mostly one), and with
     ``progress`` the run's progress report too, with ``version`` the run's new version."""
     values = ", ".join(f"(%(index{i})s::integer, %(name{i})s::text, %(attempt{i})s::integer, "
                        f"%(started{i})s::timestamptz, %(finished{i})s::timestamptz)" for i in range(steps))
     sets = ((_COMPLETE_SETS if complete else _CHECKPOINT_SETS) + (_PROGRESS_SETS if progress else "")
-            + (_VERSION_SETS if version else ""))
+            + (_VERSION_SETS if version else "") + (_LIMITS_SETS if limits else ""))
     return _SQL.format(sets=sets, values=values,
                        lease=_CLOSE_LEASE if complete else "")
 
@@ -97,9 +99,12 @@ def write_checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[st
         params["progress"] = Jsonb(progress, json.dumps)
     if claim.upgraded_to is not None:
         params["version"] = claim.upgraded_to
+    if claim.limits_changed:
+        params["limits"] = json_param("limits", claim.new_limits)
     for i, r in enumerate(records):
         params.update({f"index{i}": r.index, f"name{i}": r.name, f"attempt{i}": r.attempt,
                        f"started{i}": r.started_at, f"finished{i}": r.finished_at})
     with bound_cursor() as cursor:
-        cursor.execute(_statement(complete, len(records), progress is not None, "version" in params), params)
+        cursor.execute(_statement(complete, len(records), progress is not None, "version" in params,
+                                  "limits" in params), params)
         return bool(cursor.fetchone()[0])

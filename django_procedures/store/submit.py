@@ -71,6 +71,7 @@ def row_of(run: NewRun, *, now: datetime, parent: Parent | None, position: int =
         id=new_id(), type_name=run.type_name, version=run.version, state=run.state, submitted_state=run.state,
         step_name=run.step_name,
         queue=run.queue, priority=run.priority, key=run.key, run_at=run.run_at, created_at=now, lock_keys=run.lock_keys,
+        limits=run.limits,
         parent_id=parent and parent.id, root_id=parent and parent.root_id, depth=parent.depth + 1 if parent else 0,
         spawned_in=parent.suspension if parent else 0, position=position, trace_context=capture(),
     )

@@ -89,6 +89,7 @@ class Wanted(NamedTuple):
     queue: str = ""
     priority: int = 0
     lock_keys: list[list[str]] | None = None
+    limits: list[list[Any]] | None = None
 
 
 def wanted(schedule: Schedule, ticks: Sequence[datetime]) -> Wanted:
@@ -101,13 +102,16 @@ def wanted(schedule: Schedule, ticks: Sequence[datetime]) -> Wanted:
         raise TypeError(f"{getattr(cls, '__qualname__', cls.type_name)} is abstract; a schedule starts one of its "
                         "concrete subclasses")
     return Wanted(schedule, cls, ticks, cls.steps[0].name, schedule.queue or cls.queue or conf.DEFAULT_QUEUE,
-                  cls.priority, cls._stored_lock_keys(schedule.state) if cls.declares_lock_keys else [])
+                  cls.priority, cls._stored_lock_keys(schedule.state) if cls.declares_lock_keys else [],
+                  cls._stored_limits(schedule.state) if cls.declares_limits else None)
 
 
 def declares_lock_keys(schedule: Schedule) -> bool:
-    """Whether the runs' lock keys depend on the schedule's state (its class overrides ``lock_keys()``)."""
+    """Whether the runs' lock keys (or limits) depend on the schedule's state (its class overrides ``lock_keys()``
+    or ``limits()``)."""
     try:
-        return registry.get(schedule.procedure).declares_lock_keys
+        cls = registry.get(schedule.procedure)
+        return cls.declares_lock_keys or cls.declares_limits
     except UnknownProcedureType:
         return False
 
@@ -120,7 +124,8 @@ def insert_runs(wanted: Sequence[Wanted], now: datetime) -> Counter[int]:
     if not is_postgresql():
         return _insert_rows(wanted, now)
     records = [{"i": str(new_id()), "s": w.schedule.id, "t": tick_at.isoformat(), "n": w.step_name, "q": w.queue,
-                "p": w.priority, "k": w.lock_keys, "v": w.cls.version if w.cls else 1}
+                "p": w.priority, "k": w.lock_keys, "v": w.cls.version if w.cls else 1,
+                **({"l": w.limits} if w.limits else {})}  # (absent: NULL, unlimited)
                for w in wanted for tick_at in w.ticks]
     sql, constants = _statement()
     with connection.cursor() as cursor:
@@ -154,7 +159,7 @@ def _insert_rows(wanted: Sequence[Wanted], now: datetime) -> Counter[int]:
 #: Columns each run takes from its JSON record: (name in the record, its type in ``jsonb_to_recordset``).
 _FROM_RECORD = {"id": ("i", "uuid"), "schedule_id": ("s", "bigint"), "tick_at": ("t", "timestamptz"),
                 "step_name": ("n", "text"), "queue": ("q", "text"), "priority": ("p", "integer"),
-                "lock_keys": ("k", "jsonb"), "version": ("v", "integer")}
+                "lock_keys": ("k", "jsonb"), "version": ("v", "integer"), "limits": ("l", "jsonb")}
 
 
 @functools.cache

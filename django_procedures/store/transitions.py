@@ -26,7 +26,7 @@ from django_procedures.policy.status import LeaseOutcome, RunStatus, StepStatus
 from django_procedures.policy.text import clean_text
 from django_procedures.policy.tree_retry import collateral_reason
 from django_procedures.policy.waiting import WaitingFor
-from django_procedures.store import progress_sql, tree
+from django_procedures.store import fence, progress_sql, tree
 from django_procedures.store.claim import Claim
 from django_procedures.store.db import db_now, is_postgresql, sole_statement
 from django_procedures.store.events import send_after_commit
@@ -58,13 +58,15 @@ def _done_rows(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any
 def _version_fields(claim: Claim) -> dict[str, Any]:
     """The class version that upgraded the claim's state (``runtime.versions.upgrade``), for the write that
     saves the state; nothing when the state was not upgraded."""
-    return {} if claim.upgraded_to is None else {"version": claim.upgraded_to}
+    fields: dict[str, Any] = {} if claim.upgraded_to is None else {"version": claim.upgraded_to}
+    return {**fields, "limits": claim.new_limits} if claim.limits_changed else fields  # (and the state's limits)
 
 
 def _upgraded(claim: Claim) -> None:
     """The write that saved the upgraded state committed it: the run now carries the new version."""
     if claim.upgraded_to is not None:
         claim.version, claim.upgraded_to = claim.upgraded_to, None
+    claim.limits_changed = False
 
 
 def _progress_fields(progress: dict[str, Any] | None, now: datetime) -> dict[str, Any]:
@@ -114,7 +116,7 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
     transaction and the finish hooks write nothing.
     """
     ending = Ending.of(claim)
-    alone = ends_transaction and not ending.hooks_write
+    alone = ends_transaction and not ending.hooks_write and not claim.limits
 
     def write() -> bool:
         if records and is_postgresql():
@@ -123,6 +125,8 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
                                                       progress=progress)
             if not written:
                 return False
+            if claim.limits:  # the statement closed the lease: its limit slots come back in this transaction
+                fence.free_slots([claim.limits])
         else:
             step, now = records[-1].index + 1 if records else claim.step, clock.now()
             if not held_row(claim).update(
@@ -178,7 +182,7 @@ def sleep(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], ne
     with joined():
         fenced_update(claim, status=RunStatus.WAITING, waiting_for=WaitingFor.TIMER, wake_at=wake_at, run_at=wake_at,
                       state=state, step=records[-1].index + 1, step_name=next_step, attempt=1, failures=0, lost=0,
-                      **LEASE_CLEARED, **_progress_fields(progress, clock.now()))
+                      **LEASE_CLEARED, **_progress_fields(progress, clock.now()), **_version_fields(claim))
         Step._writer.bulk_create(_done_rows(claim, records, state))
         close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
         notify([claim.queue])  # idle workers read the next due time again: it may now be this wake time

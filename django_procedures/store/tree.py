@@ -14,12 +14,13 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 
 from django_procedures import clock, signals
-from django_procedures.models import Lease, ProcedureRun
+from django_procedures.models import ProcedureRun
 from django_procedures.policy.status import FINAL, LEASED, LeaseOutcome, RunStatus
 from django_procedures.policy.waiting import WaitingFor
 from django_procedures.store import locks
-from django_procedures.store.db import bound_cursor, db_now, is_disconnect, is_postgresql, sql_list
+from django_procedures.store.db import bound_cursor, is_disconnect, is_postgresql, sql_list
 from django_procedures.store.events import send_after_commit
+from django_procedures.store.fence import close_leases
 from django_procedures.store.notify import notify
 
 logger = logging.getLogger("django_procedures.worker")
@@ -272,8 +273,7 @@ def cancel_subtree(procedure_id: uuid.UUID, reason: str, *, include_self: bool =
     ids = [pid for pid, _ in unfinished]
     if not ids:
         return []
-    open_leases = Lease._writer.filter(procedure_id__in=ids, released_at__isnull=True)
-    open_leases.update(released_at=db_now(), outcome=LeaseOutcome.LOST)
+    close_leases(ids, LeaseOutcome.LOST)  # (their limit slots freed with them)
     ProcedureRun._writer.filter(id__in=ids).update(
         status=RunStatus.CANCELLED, lease_token=F("lease_token") + 1, lease_owner="", lease_expires_at=None,
         in_unsafe_step=False, waiting_for_keys=False, pending_children=0, finished_at=clock.now(), error=reason,

@@ -161,3 +161,13 @@ def test_a_tree_larger_than_the_page_still_shows_the_path_to_the_procedure(opera
     assert "The tree is larger than this page shows" in html
     assert f'class="proc-current" data-id="{last.id}"' in html
     assert f'data-id="{parent.id}"' in html
+
+
+def test_a_procedure_over_its_limit_names_the_limit_and_its_use(operator_client):
+    from testproject.testapp.procedures import Limited
+
+    held = [Limited.submit({"concurrency": [["crm-api", 2]]}) for _ in range(2)]
+    waiter = Limited.submit({"concurrency": [["crm-api", 2]]})
+    assert len(claim("worker-7@host", type_names=[Limited.type_name], limit=5, lease_seconds=30)) == len(held)
+    text = page_text(operator_client.get(page_url(waiter.id)))
+    assert "over its limit crm-api: 2 of 2 running" in text, text

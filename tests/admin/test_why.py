@@ -88,3 +88,11 @@ def test_duration(seconds, text):
                                                      ("abcdefghijkl", 6, "abcde…")])
 def test_first_line(text, limit, line):
     assert first_line(text, limit) == line
+
+
+def test_a_ready_procedure_over_a_limit_names_it():
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    facts = NodeFacts(status="ready", run_at=now, limits_full=("crm-api: 5 of 5 running",))
+    (reason,) = explain(facts, now)
+    assert reason.code == "limit"
+    assert reason.text.startswith("over its limit crm-api: 5 of 5 running")

@@ -81,3 +81,30 @@ def test_who_may_read(settings, client):
     refused = client.get(url(), HTTP_AUTHORIZATION="Bearer wrong")
     assert refused.status_code == 401 and refused["WWW-Authenticate"].startswith("Bearer")
     assert client.post(url(), HTTP_AUTHORIZATION="Bearer s3cret").status_code == 405
+
+
+def test_limit_gauges_show_each_limit_in_use_and_its_max():
+    from testproject.testapp.procedures import Limited
+
+    for _ in range(3):
+        Limited.submit({"concurrency": [["crm-api", 2]]})
+    claim("w", type_names=[Limited.type_name], limit=5, lease_seconds=30)
+    got = samples(client_for(staff("op")).get(url()).content.decode())
+    assert got[("django_procedures_limit_in_use", (("limit", "crm-api"),))] == 2
+    assert got[("django_procedures_limit_max", (("limit", "crm-api"),))] == 2
+
+
+def test_the_worker_counts_claims_deferred_by_a_limit():
+    from prometheus_client import generate_latest
+
+    from django_procedures.runtime.metrics import WorkerMetrics
+    from django_procedures.store import limits
+    from testproject.testapp.procedures import Limited
+
+    limits.deferrals.clear()
+    for _ in range(3):
+        Limited.submit({"concurrency": [["crm-api", 1]]})
+    # One claim looks at all three: the first takes the slot, the other two are passed by.
+    assert len(claim("w", type_names=[Limited.type_name], limit=5, lease_seconds=30)) == 1
+    text = generate_latest(WorkerMetrics(lambda: 0).registry).decode()
+    assert samples(text)[("django_procedures_claims_deferred_total", (("limit", "crm-api"),))] == 2

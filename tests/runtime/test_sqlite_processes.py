@@ -100,3 +100,17 @@ def test_an_atomic_step_longer_than_the_lease_finishes_once_on_sqlite(sqlite_fil
              what="the procedure submitted during the step")
     w.signal(signal.SIGTERM)
     assert w.wait(30) == 0
+
+
+def test_limits_hold_with_a_worker_on_sqlite(sqlite_file, workers: Workers):
+    """The embedded default: limited procedures run on SQLite (one writer, one worker thread), each slot freed."""
+    ids = [submit(sqlite_file, "testapp.Limited", {"concurrency": [["crm", 1]], "hold": 0.1}) for _ in range(4)]
+    ids += [submit(sqlite_file, "testapp.Limited", {"rate": [["api", 10, 60]]})]
+    workers.start("--concurrency", "1", lease_seconds=10.0, env={"DATABASE_URL": f"sqlite:///{sqlite_file}"},
+                  procedures={"POLL_SECONDS": 0.2, "SWEEP_SECONDS": 0.5})
+    wait_for(lambda: all(status_of(sqlite_file, i) == "done" for i in ids), timeout=WAIT, workers=workers,
+             what="the limited procedures to finish")
+    # One at a time: each step's enter and exit rows, in the order they were numbered, never interleave.
+    rows = query(sqlite_file, "SELECT step FROM testapp_effect WHERE step IN ('enter', 'exit') ORDER BY id")
+    assert [r[0] for r in rows] == ["enter", "exit"] * len(ids)
+    assert query(sqlite_file, "SELECT coalesce(sum(in_use), 0) FROM django_procedures_limituse") == [(0,)]

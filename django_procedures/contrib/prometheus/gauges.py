@@ -10,7 +10,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from django_procedures.conf import conf
-from django_procedures.models import Schedule, Worker
+from django_procedures.models import LimitUse, Schedule, Worker
 from django_procedures.policy.status import RunStatus
 from django_procedures.policy.workers import WorkerState
 from django_procedures.store.overview import counts_by_queue, oldest_due
@@ -37,6 +37,16 @@ def worker_states() -> dict[str, int]:
     return found
 
 
+#: Most limit names the gauges list (the busiest first): per-customer names could be thousands.
+LIMIT_SERIES = 500
+
+
+def limits_in_use() -> list[tuple[str, int, int | None]]:
+    """Flow-control limits with a slot taken now, fleet-wide: ``(name, in_use, max)``."""
+    return list(LimitUse.objects.filter(in_use__gt=0).order_by("-in_use", "name")
+                .values_list("name", "in_use", "max")[:LIMIT_SERIES])
+
+
 def collect(now: datetime | None = None) -> dict[str, Any]:
     """Every gauge's values: ``procedures``, ``capped``, ``oldest_due``, ``schedules``, ``workers``."""
     now = now or timezone.now()
@@ -45,4 +55,5 @@ def collect(now: datetime | None = None) -> dict[str, Any]:
     for status in COUNTED:
         procedures[status.value], capped[status.value] = counts_by_queue(status.value, cap)
     return {"procedures": procedures, "capped": capped, "oldest_due": oldest_due(now, cap),
-            "schedules": list(schedule_lags(now)), "workers": worker_states(), "now": now}
+            "schedules": list(schedule_lags(now)), "workers": worker_states(), "now": now,
+            "limits": limits_in_use()}

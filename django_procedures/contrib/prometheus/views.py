@@ -63,7 +63,15 @@ class DatabaseCollector:
             workers.add_metric([state], n)
         alive = GaugeMetricFamily("django_procedures_workers_alive", "Worker processes alive (renewed in time).",
                                   value=values["workers"].get("alive", 0))
-        yield from (procedures, capped, oldest, lag, drift, workers, alive)
+        in_use = GaugeMetricFamily("django_procedures_limit_in_use", "Running attempts holding a slot of a "
+                                   "flow-control limit, fleet-wide (limits in use only).", labels=["limit"])
+        most = GaugeMetricFamily("django_procedures_limit_max", "The concurrency max the last claim of the limit "
+                                 "declared.", labels=["limit"])
+        for name, n, top in values.get("limits", ()):
+            in_use.add_metric([name], n)
+            if top is not None:
+                most.add_metric([name], top)
+        yield from (procedures, capped, oldest, lag, drift, workers, alive, in_use, most)
 
 
 @require_GET
