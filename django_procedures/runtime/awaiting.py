@@ -72,7 +72,7 @@ def run_here(execution: Generator[StepAwait, Any, _T]) -> _T:
             else:
                 pending = execution.send(value)
     except StopIteration as finished:
-        return finished.value  # type: ignore[no-any-return]
+        return finished.value
 
 
 def no_await(execution: Generator[StepAwait, Any, _T]) -> _T:
@@ -80,7 +80,7 @@ def no_await(execution: Generator[StepAwait, Any, _T]) -> _T:
     try:
         pending = next(execution)
     except StopIteration as finished:
-        return finished.value  # type: ignore[no-any-return]
+        return finished.value
     pending.close()
     execution.close()
     raise AssertionError(f"step {pending.spec.name} is async inside an atomic group")  # class checks refuse it

@@ -229,7 +229,7 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec,
             running.effect_uncommitted = not spec.idempotent  # from here a stop parks it (policy.interruption)
             result = body(ctx)
             if spec.is_async:  # the driver awaits it (with the timeout) and sends back what it returned
-                result = yield StepAwait(result, spec, running)
+                result = yield StepAwait(result, spec, running)  # type: ignore[arg-type]  # checked by run()
             elif inspect.isawaitable(result):
                 close = getattr(result, "close", None)
                 if close is not None:
