@@ -139,8 +139,8 @@ def async_concurrency_problem(value: Any, label: str) -> Problem | None:
     if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ASYNC_CONCURRENCY:
         return None
     return Problem("django_procedures.E029",
-                   f"{label} must be an integer between 1 and {MAX_ASYNC_CONCURRENCY}; got {value!r}",
-                   "The default is 100 async steps in flight per worker process.")
+                   f"{label} must be an integer between 1 and {MAX_ASYNC_CONCURRENCY} (async def steps in flight "
+                   f"at once on the worker's event loop); got {value!r}")
 
 
 def sqlite_concurrency_problem(concurrency: Any, label: str) -> Problem | None:

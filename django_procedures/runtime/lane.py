@@ -32,7 +32,7 @@ from django_procedures.exceptions import NotActive
 from django_procedures.procedure import registered
 from django_procedures.runtime.awaiting import StepAwait
 from django_procedures.runtime.executor import Outcome, RunningClaim, execution, record_crash
-from django_procedures.runtime.loop_watch import LoopWatch
+from django_procedures.runtime.loop_watch import LoopStall, LoopWatch
 from django_procedures.runtime.progress import close_side_connection
 from django_procedures.runtime.running import log_extra, trace_text
 
@@ -102,7 +102,7 @@ class AsyncLane:
 
     def __init__(self, finished: Callable[[RunningClaim, Outcome, float], None], *, db_threads: int) -> None:
         self._finished = finished
-        self.loop = asyncio.new_event_loop()
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # made by start()
         self.db = DatabaseThreads(db_threads)
         self._thread = threading.Thread(target=self._run_loop, name="procedures-async-loop", daemon=True)
         self._claims: dict[asyncio.Task[Any], RunningClaim] = {}  # claim Tasks, touched on the loop thread only
@@ -110,11 +110,18 @@ class AsyncLane:
         self._steps: dict[int, tuple[RunningClaim, asyncio.Task[Any]]] = {}
         self._idle = threading.Event()
         self._idle.set()
-        self.watch = LoopWatch(self.loop, self._running_step)
+        self.watch: LoopWatch | None = None
+
+    def stall(self) -> LoopStall | None:
+        """The loop's stall now (``LoopWatch.stall``), or None."""
+        return self.watch.stall() if self.watch is not None else None
 
     # -- from the worker's threads ----------------------------------------------------------
 
     def start(self) -> None:
+        """Make the loop (only now: a worker built and never run leaves no loop unclosed) and start the threads."""
+        self.loop = asyncio.new_event_loop()
+        self.watch = LoopWatch(self.loop, self._running_step)
         self.db.start()
         self._thread.start()
         self.watch.start()
@@ -130,7 +137,8 @@ class AsyncLane:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Cancel what still runs (the worker settled it already), stop the loop and close the connections."""
-        self.watch.stop()
+        if self.watch is not None:
+            self.watch.stop()
         if self._thread.is_alive():
             asyncio.run_coroutine_threadsafe(self._cancel_all(), self.loop)
             self._thread.join(timeout)

@@ -111,7 +111,7 @@ class WorkerRuntime:
 
     def loop_stall(self) -> LoopStall | None:
         """The event loop's stall now (an async step blocking it for over a second), or None (``/healthz``)."""
-        return self.lane.watch.stall() if self.lane is not None else None
+        return self.lane.stall() if self.lane is not None else None
 
     def _heartbeat(self) -> Heartbeat:
         """A heartbeat (again, should the last one die) that also renews the worker's row and writes progress."""
