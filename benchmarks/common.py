@@ -62,6 +62,9 @@ class Sizes:
     fleet_threads: int = 8
     fleet_pool: int = 20
     fleet_procedures: int = 10_000
+    #: The async benchmark: procedures awaiting 1 s of I/O on one worker; no-op async (and sync) procedures.
+    async_io: int = 1_000
+    async_noops: int = 20_000
 
 
 

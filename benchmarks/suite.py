@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
-from benchmarks import history, observability
+from benchmarks import async_steps, history, observability
 from benchmarks.common import (
     KEEP_HISTORY,
     Context,
@@ -34,7 +34,7 @@ QUICK = Sizes(throughput=40, steps_procedures=5, pickup=10, pickup_rate=20.0, ba
               retention_procedures=2_000, history_procedures=5_000, history_baseline=1_000, history_drain=40,
               history_requests=1,
               idle_window=0.5, settle=0.1, timeout=120.0, fleet_workers=2, fleet_threads=2, fleet_pool=4,
-              fleet_procedures=40)
+              fleet_procedures=40, async_io=50, async_noops=40)
 
 
 
@@ -296,6 +296,7 @@ BENCHMARKS: dict[str, Callable[[Context], list[Metric]]] = {
     "fleet": fleet,
     "retention": history.retention,
     "history": history.history,
+    "async": async_steps.async_steps,
 }
 #: Benchmarks a run without ``--only`` leaves out (except with ``--quick``): they are run on purpose.
 ON_PURPOSE = {"fleet", *history.ON_PURPOSE}
