@@ -42,14 +42,10 @@ class LoopWatch(threading.Thread):
 
     def stall(self) -> LoopStall | None:
         """The stall going on now (the loop has not answered for over :data:`STALL_SECONDS`), or None."""
-        asked = self._asked
-        if asked is None or self._answered >= asked:
+        stall, asked = self._stall, self._asked  # a stall is set once the watchdog has logged it
+        if stall is None or asked is None or self._answered >= asked:
             return None
-        seconds = time.monotonic() - asked
-        if seconds <= STALL_SECONDS:
-            return None
-        stall = self._stall
-        return LoopStall(seconds, stall.culprit if stall else None)
+        return LoopStall(time.monotonic() - asked, stall.culprit)
 
     def _answer(self) -> None:
         self._answered = time.monotonic()
