@@ -165,3 +165,36 @@ class SleepThenStamp(Procedure):
     @step
     def stamp(self, ctx):
         return Status.done(output={"started": time.time()})
+
+
+class AsyncNoop(Procedure):
+    """One ``async def`` step that does nothing (docs/async.md): awaited on the worker's event loop."""
+
+    type_name = "bench.AsyncNoop"
+
+    @step
+    async def run(self, ctx):
+        return None
+
+
+class SyncNoopNonAtomic(Procedure):
+    """One non-atomic sync step that does nothing: the same writes as ``AsyncNoop``'s (an async step is never
+    atomic), on an executor thread."""
+
+    type_name = "bench.SyncNoopNonAtomic"
+
+    @step(atomic=False)
+    def run(self, ctx):
+        return None
+
+
+class AwaitsIO(Procedure):
+    """Awaits ``state["seconds"]`` of simulated I/O (``asyncio.sleep``), as a call to a slow API would."""
+
+    type_name = "bench.AwaitsIO"
+
+    @step
+    async def run(self, ctx):
+        import asyncio
+
+        await asyncio.sleep(self.state["seconds"])

@@ -35,18 +35,27 @@ def check_class_attributes(cls: type[Procedure]) -> None:
         raise ProceduresConfigError(str(error)) from None
 
 
-#: Methods the worker calls on a procedure object, besides its steps.
-_CALLED_METHODS = ("execute", "rollback", "on_child_failed", "lock_keys", "limits")
+#: Methods the worker calls on a procedure object, besides its steps: always synchronously.
+_CALLED_METHODS = ("rollback", "on_child_failed", "lock_keys", "limits", "upgrade_state")
 
 
 def refuse_async_methods(cls: type[Procedure]) -> None:
-    """An ``async def`` step (or ``execute``, ``rollback``...) is refused when the class is defined.
+    """Refuse, when the class is defined, what the worker cannot await: an async generator as a step or
+    ``execute``, and an ``async def`` ``rollback``, ``on_child_failed``, ``lock_keys`` or ``upgrade_state``.
 
-    The worker calls them synchronously: a coroutine would be returned unawaited and fail only at run time.
+    ``async def`` steps and ``execute`` are awaited on the worker's event loop (``docs/async.md``); the methods
+    above run inside the store's transactions, on a thread, so a coroutine would be returned unawaited.
     """
-    for name in (*(s.name for s in cls.steps), *_CALLED_METHODS):
+    where = f"{cls.__module__}.{cls.__qualname__}"
+    for name in (*(s.name for s in cls.steps), "execute"):
+        if inspect.isasyncgenfunction(getattr(cls, name, None)):
+            raise ProceduresConfigError(
+                f"{where}.{name} is an async generator (async def with yield): a step must return None or a "
+                "Status; drop the yield (await the work instead)")
+    for name in _CALLED_METHODS:
         method = getattr(cls, name, None)
         if inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method):
             raise ProceduresConfigError(
-                f"{cls.__module__}.{cls.__qualname__}.{name} is an async def: async steps are not supported yet; "
-                f"write it as a plain def (call async code from it with asgiref.sync.async_to_sync)")
+                f"{where}.{name} is an async def: {name}() is called on a worker thread inside the store's "
+                f"transaction, never awaited; write it as a plain def (call async code from it with "
+                "asgiref.sync.async_to_sync)")

@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     # Most procedures a worker claims beyond its threads, while its recent procedures are short enough
     # that its threads would start them within about 50 ms; 0 claims only for idle threads.
     "PREFETCH": 32,
+    "ASYNC_CONCURRENCY": 100,
     # Seconds a stopping worker waits for running steps before releasing their leases.
     "SHUTDOWN_TIMEOUT_SECONDS": 30.0,
     # idle_in_transaction_session_timeout of worker connections; None means twice the lease.

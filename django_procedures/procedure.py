@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, overload
 
 from django_procedures import class_checks, clock
-from django_procedures.exceptions import ChildFailed
+from django_procedures.exceptions import ChildFailed, ProceduresConfigError
 from django_procedures.policy.events import timeout_at, wait_names
 from django_procedures.policy.options import Options
 from django_procedures.policy.retry import RetryPolicy
@@ -35,6 +36,8 @@ class StepSpec:
     atomic: bool = True
     idempotent: bool = True
     timeout: float | None = None
+    #: An ``async def``: the worker awaits it on its event loop (never atomic, see ``docs/async.md``).
+    is_async: bool = False
 
 
 @overload
@@ -73,11 +76,16 @@ def step(
             "a step with idempotent=False cannot be atomic: it stands for an effect outside the database; "
             "drop atomic=True"
         )
-    resolved_atomic = idempotent if atomic is None else atomic
-
     def mark(f: Callable[..., Any]) -> Callable[..., Any]:
+        is_async = inspect.iscoroutinefunction(f)
+        if is_async and atomic:
+            raise ProceduresConfigError(
+                f"{f.__qualname__} is an async def step with atomic=True: an async step is never atomic (a "
+                "transaction belongs to one thread's connection, and an awaiting step's queries run on others); "
+                "drop atomic=True, or write the step as a plain def")
+        resolved_atomic = (idempotent and not is_async) if atomic is None else atomic
         f._procedure_step = StepSpec(  # type: ignore[attr-defined]
-            name=f.__name__, atomic=resolved_atomic, idempotent=idempotent, timeout=timeout
+            name=f.__name__, atomic=resolved_atomic, idempotent=idempotent, timeout=timeout, is_async=is_async
         )
         return f
 
@@ -417,11 +425,14 @@ def registered(type_name: str) -> type[Procedure]:
 def _collect_steps(cls: type[Procedure]) -> tuple[StepSpec, ...]:
     if cls.uses_execute():  # @step(atomic=False, ...) on execute() applies to every call
         spec = getattr(cls.execute, "_procedure_step", None)
-        return (StepSpec("execute", spec.atomic, spec.idempotent, spec.timeout) if spec else StepSpec("execute"),)
+        is_async = inspect.iscoroutinefunction(cls.execute)
+        if spec:
+            return (StepSpec("execute", spec.atomic, spec.idempotent, spec.timeout, is_async),)
+        return (StepSpec("execute", atomic=not is_async, is_async=is_async),)
     specs: dict[str, StepSpec] = {}
     for klass in reversed(cls.__mro__):
         for attr, value in vars(klass).items():
             spec = getattr(value, "_procedure_step", None)
             if isinstance(spec, StepSpec):
-                specs[attr] = StepSpec(attr, spec.atomic, spec.idempotent, spec.timeout)
+                specs[attr] = StepSpec(attr, spec.atomic, spec.idempotent, spec.timeout, spec.is_async)
     return tuple(specs.values())

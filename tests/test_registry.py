@@ -4,6 +4,7 @@ import pytest
 
 from django_procedures import Procedure, Status, registry, step
 from django_procedures.exceptions import ProceduresConfigError, UnknownProcedureType
+from django_procedures.testing import isolated_registry
 
 
 def test_type_name_defaults_to_module_and_qualname():
@@ -112,29 +113,54 @@ async def _async_generator_step(self, ctx):
     yield
 
 
-@pytest.mark.parametrize(("name", "method"), [
-    ("charge", step(_async_step)),
-    ("charge", step(atomic=False)(_async_generator_step)),
-    ("execute", _async_step),
-    ("rollback", _async_step),
-    ("on_child_failed", _async_step),
+@pytest.mark.parametrize(("name", "method", "message"), [
+    ("charge", step(atomic=False)(_async_generator_step), "is an async generator"),
+    ("execute", _async_generator_step, "is an async generator"),
+    ("rollback", _async_step, r"is an async def: rollback\(\) is called on a worker thread"),
+    ("on_child_failed", _async_step, r"is an async def: on_child_failed\(\) is called on a worker thread"),
+    ("lock_keys", _async_step, r"is an async def: lock_keys\(\) is called"),
 ])
-def test_an_async_step_or_method_is_refused_when_the_class_is_defined(name, method):
+def test_what_the_worker_cannot_await_is_refused_when_the_class_is_defined(name, method, message):
     def body(ns):
         ns.update(__module__=__name__, type_name="tests.AsyncStep", go=step(lambda self, ctx: None), **{name: method})
 
-    message = (rf"tests\.test_registry\.AsyncStep\.{name} is an async def: async steps are not supported yet; write "
-               r"it as a plain def \(call async code from it with asgiref\.sync\.async_to_sync\)")
-    with pytest.raises(ProceduresConfigError, match=message):
+    with pytest.raises(ProceduresConfigError, match=rf"tests\.test_registry\.AsyncStep\.{name} {message}"):
         types.new_class("AsyncStep", (Procedure,), exec_body=body)
     assert "tests.AsyncStep" not in registry.type_names()
 
 
-def test_an_async_step_in_an_abstract_base_is_refused_there_too():
-    with pytest.raises(ProceduresConfigError, match=r"AsyncBase\.go is an async def"):
+def test_an_async_rollback_in_an_abstract_base_is_refused_there_too():
+    with pytest.raises(ProceduresConfigError, match=r"AsyncBase\.rollback is an async def"):
         class AsyncBase(Procedure):
             abstract = True
 
-            @step
-            async def go(self, ctx):
+            async def rollback(self, ctx):
                 pass
+
+
+def test_an_atomic_async_step_is_refused_where_it_is_declared():
+    with pytest.raises(ProceduresConfigError, match=r"async def step with atomic=True: an async step is never "
+                                                    r"atomic \(a transaction belongs to one thread's connection"):
+        @step(atomic=True)
+        async def charge(self, ctx):
+            pass
+
+
+def test_an_async_step_is_marked_async_and_not_atomic():
+    with isolated_registry():
+        class Fetch(Procedure):
+            @step
+            async def fetch(self, ctx):
+                pass
+
+            @step(timeout=5)
+            def store(self, ctx):
+                pass
+
+        class Loop(Procedure):
+            async def execute(self, ctx):
+                pass
+
+    assert [(s.name, s.atomic, s.is_async, s.timeout) for s in Fetch.steps] == [
+        ("fetch", False, True, None), ("store", True, False, 5)]
+    assert [(s.name, s.atomic, s.is_async) for s in Loop.steps] == [("execute", False, True)]

@@ -75,6 +75,9 @@ RANGES = {
     "negative shutdown timeout": ("SHUTDOWN_TIMEOUT_SECONDS", "--shutdown-timeout", "-1", -1.0, "between 0 and 86400"),
     "concurrency over 256": ("CONCURRENCY", "--concurrency", "300", 300, "between 1 and 256"),
     "concurrency 0": ("CONCURRENCY", "--concurrency", "0", 0, "between 1 and 256"),
+    "async concurrency 0": ("ASYNC_CONCURRENCY", "--async-concurrency", "0", 0, "an integer between 1 and 100000"),
+    "async concurrency too high": ("ASYNC_CONCURRENCY", "--async-concurrency", "100001", 100001,
+                                   "an integer between 1 and 100000"),
 }
 
 

@@ -44,6 +44,8 @@ class Reading:
     age: float | None
     limit: float
     alive: bool = True
+    #: What the watched thing says of itself (the step blocking the event loop), added to a failing reason.
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,9 @@ def judge_check(reading: Reading) -> CheckVerdict:
     if age is None:
         return CheckVerdict(reading.name, False, None, limit, "never reported")
     if math.isnan(age) or age > limit:
+        detail = f" ({reading.detail})" if reading.detail else ""
         return CheckVerdict(reading.name, False, age, limit, f"last reported {age:.1f}s ago, over the limit of "
-                                                              f"{limit:g}s")
+                                                              f"{limit:g}s{detail}")
     return CheckVerdict(reading.name, True, age, limit, "current")
 
 

@@ -130,6 +130,19 @@ def concurrency_problem(concurrency: Any, label: str) -> Problem | None:
                    f"or None for the default; got {concurrency!r}")
 
 
+#: The most ``async def`` steps one worker process keeps in flight (``--async-concurrency``).
+MAX_ASYNC_CONCURRENCY = 100_000
+
+
+def async_concurrency_problem(value: Any, label: str) -> Problem | None:
+    """E029: how many async steps one worker process awaits at once (tasks on its event loop, no connections)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ASYNC_CONCURRENCY:
+        return None
+    return Problem("django_procedures.E029",
+                   f"{label} must be an integer between 1 and {MAX_ASYNC_CONCURRENCY} (async def steps in flight "
+                   f"at once on the worker's event loop); got {value!r}")
+
+
 def sqlite_concurrency_problem(concurrency: Any, label: str) -> Problem | None:
     """E008: SQLite allows one writer at a time, so one thread in one worker process."""
     if not isinstance(concurrency, int) or concurrency <= 1:
@@ -188,6 +201,8 @@ class WorkerConfig:
     sweep_seconds: float
     stats_seconds: float
     tick_seconds: float
+    #: ``async def`` steps in flight at once on the worker's event loop (``--async-concurrency``).
+    async_concurrency: int = 100
 
     @property
     def own_idle_timeout(self) -> float:
@@ -213,6 +228,7 @@ class WorkerConfig:
         shutdown_timeout: float | None = None,
         worker_id: str = "",
         with_scheduler: bool = False,
+        async_concurrency: int | None = None,
     ) -> WorkerConfig:
         """Lay the command line (the keyword arguments; None: not given) over ``values`` and apply every rule.
 
@@ -225,6 +241,8 @@ class WorkerConfig:
             setting("SHUTDOWN_TIMEOUT_SECONDS"), values["SHUTDOWN_TIMEOUT_SECONDS"])
         threads_label, threads = ("--concurrency", concurrency) if concurrency is not None else (
             setting("CONCURRENCY"), values["CONCURRENCY"])
+        async_label, awaiting = ("--async-concurrency", async_concurrency) if async_concurrency is not None else (
+            setting("ASYNC_CONCURRENCY"), values.get("ASYNC_CONCURRENCY", 100))
         problems = _present(lease_problem(lease, lease_label), shutdown_timeout_problem(shutdown, shutdown_label),
                           *(positive_seconds_problem(values[name], setting(name)) for name in POSITIVE_SECONDS))
         if problems:
@@ -235,7 +253,8 @@ class WorkerConfig:
                           idle_timeout_problem(idle, lease, lease_label),
                           concurrency_problem(threads, threads_label)
                           or (sqlite_concurrency_problem(threads, threads_label) if sqlite else None),
-                          prefetch_problem(values["PREFETCH"]))
+                          prefetch_problem(values["PREFETCH"]),
+                          async_concurrency_problem(awaiting, async_label))
         problems += _command_line_problems(queues, worker_id)
         if problems:
             raise WorkerConfigError(problems)
@@ -256,6 +275,7 @@ class WorkerConfig:
             sweep_seconds=float(values["SWEEP_SECONDS"]),
             stats_seconds=float(values["STATS_SECONDS"]),
             tick_seconds=float(values["TICK_SECONDS"]),
+            async_concurrency=awaiting,
         )
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,13 +23,26 @@ class Activity:
 
     def __init__(self) -> None:
         self._lost: str | None = None
+        self._watchers: list[Callable[[str], None]] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
 
     def lose(self, reason: str) -> None:
         with self._lock:
+            if self._lost is not None:
+                return
+            self._lost = reason
+            watchers = list(self._watchers)
+        for watcher in watchers:  # an async step's worker cancels its coroutine (``runtime.lane``)
+            watcher(reason)
+
+    def on_lost(self, watcher: Callable[[str], None]) -> None:
+        """Call ``watcher(reason)`` once, on the thread that finds the claim lost (at once if it is already)."""
+        with self._lock:
             if self._lost is None:
-                self._lost = reason
+                self._watchers.append(watcher)
+                return
+        watcher(self._lost)
 
     @property
     def lost_reason(self) -> str | None:
@@ -97,7 +112,15 @@ class Context:
         (see ``policy.progress.normalise``). A lost lease drops the report.
         """
         if self._progress is not None and self._activity.lost_reason is None:
-            self._progress.report(done, total, note, self.logger)
+            # In an async step (on an event loop) the report is held back, never written: a write there would
+            # block every awaiting step. The checkpoint or the heartbeat carries it; ``aprogress`` writes it.
+            self._progress.report(done, total, note, self.logger, write=not _on_event_loop())
+
+    async def aprogress(self, done: float, total: float | None = None, note: str = "") -> None:
+        """``progress()`` for an ``async def`` step: a write that is due is made off the event loop."""
+        from asgiref.sync import sync_to_async
+
+        await sync_to_async(self.progress)(done, total, note)
 
     @property
     def event(self) -> ReceivedEvent | None:
@@ -115,3 +138,16 @@ class Context:
     def ensure_active(self) -> None:
         """Raise ``NotActive`` if this run must stop: lease lost or not renewed in time, or shutdown."""
         self._activity.check()
+
+    async def aensure_active(self) -> None:
+        """``ensure_active()`` for an ``async def`` step: it also lets the other awaiting steps run first."""
+        await asyncio.sleep(0)
+        self._activity.check()
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import time
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, Error, connection, transaction
@@ -14,7 +16,8 @@ from django_procedures.policy.limits import stored_limits
 from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error, decide_failure, is_poisonous
 from django_procedures.policy.state import copy_state, encode_state, find_problem, size_problem
 from django_procedures.procedure import Procedure, Status, StepSpec, registered
-from django_procedures.runtime import hooks, reconnect, write_lock
+from django_procedures.runtime import awaiting, hooks, reconnect, write_lock
+from django_procedures.runtime.awaiting import Execution, StepAwait
 from django_procedures.runtime.connections import idle_cut_text, set_transaction_timeout
 from django_procedures.runtime.context import Context
 from django_procedures.runtime.endings import (
@@ -39,7 +42,7 @@ from django_procedures.store.fence import StepRecord
 if TYPE_CHECKING:
     from django_procedures.models import ProcedureRun
 
-__all__ = ["Outcome", "RunningClaim", "execute", "fail_overdue", "record_crash"]
+__all__ = ["Outcome", "RunningClaim", "execute", "execution", "fail_overdue", "record_crash"]
 
 
 #: Times an atomic step's transaction is run again after a deadlock or serialization failure.
@@ -70,11 +73,21 @@ def execute(running: RunningClaim) -> Outcome:
     A lost database connection (restart, terminated backend) is not the
     step's fault and costs no attempt: the executor reconnects with backoff,
     re-reads the row under its lease and resumes from the last committed
-    checkpoint (the interrupted transaction rolled back).
+    checkpoint (the interrupted transaction rolled back). An ``async def``
+    step is awaited here, on this thread (``asgiref``'s ``async_to_sync``:
+    its async ORM calls come back to this thread's connection, so ``drain()``
+    runs it inside a ``TestCase``); a worker awaits it on its event loop
+    instead (``runtime.lane``).
     """
+    return awaiting.run_here(execution(running))
+
+
+def execution(running: RunningClaim) -> Execution:
+    """:func:`execute` as a generator that yields each ``async def`` step's :class:`~.awaiting.StepAwait` and is
+    sent its result (or thrown its exception); whoever drives it decides where the coroutine is awaited."""
     for reconnects in range(reconnect.MAX_RECONNECTS + 1):
         try:
-            return _execute(running)
+            return (yield from _execute(running))
         except Error as error:  # Django's InterfaceError is no DatabaseError
             if not is_disconnect(error):
                 raise
@@ -84,7 +97,7 @@ def execute(running: RunningClaim) -> Outcome:
     raise AssertionError("unreachable")  # pragma: no cover - the last round returns LOST
 
 
-def _execute(running: RunningClaim) -> Outcome:
+def _execute(running: RunningClaim) -> Execution:
     claim = running.claim
     cls = registered(claim.type_name)
     procedure = cls.__new__(cls)
@@ -118,7 +131,7 @@ def _execute(running: RunningClaim) -> Outcome:
                 return settle(running, Lost(running.activity.lost_reason))
             if running.activity.stopping.is_set():
                 return settle(running, Interrupted("the worker is shutting down (between steps)"))
-            outcome = _run_group(procedure, cls, spec, running)
+            outcome = yield from _run_group(procedure, cls, spec, running)
             if outcome is not Outcome.CONTINUED:
                 return outcome
     except LeaseLost:  # refused by the fence outside the settle point (taking stock of children, an unsafe step)
@@ -164,7 +177,7 @@ def _lease_moved(running: RunningClaim) -> bool:
         return False
 
 
-def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, running: RunningClaim) -> Outcome:
+def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, running: RunningClaim) -> Execution:
     """Run ``first`` and the steps it chains with ``persist=False``, and settle how they ended (``CONTINUED``
     after a checkpoint). An atomic group's checkpoint is settled inside its own transaction."""
     claim = running.claim
@@ -175,10 +188,10 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
             if first.atomic:
                 with transaction.atomic(), write_lock.held(running):
                     set_transaction_timeout(transaction.get_connection())
-                    return settle_last(running, _run_steps(procedure, cls, first, running))
+                    return settle_last(running, awaiting.no_await(_run_steps(procedure, cls, first, running)))
             if not first.idempotent:
                 transitions.enter_unsafe_step(claim)
-            return settle(running, _run_steps(procedure, cls, first, running))
+            return settle(running, (yield from _run_steps(procedure, cls, first, running)))
         except _StepFailed as failed:
             procedure.state = copy_state(saved_state)
             return _record_failure(procedure, cls, running, failed)
@@ -194,7 +207,8 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
-def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, running: RunningClaim) -> Ended:
+def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec,
+               running: RunningClaim) -> Generator[StepAwait, Any, Ended]:
     """Run the group's steps; how they ended (a checkpoint, a completion, a suspension, a sleep) for :func:`settle`."""
     claim, activity = running.claim, running.activity
     index, attempt = claim.step, claim.attempt
@@ -215,7 +229,16 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             activity.check()
             body = procedure.execute if cls.uses_execute() else getattr(procedure, spec.name)
             running.effect_uncommitted = not spec.idempotent  # from here a stop parks it (policy.interruption)
-            status = _normalise(body(ctx), cls)
+            result = body(ctx)
+            if spec.is_async:  # the driver awaits it (with the timeout) and sends back what it returned
+                result = yield StepAwait(result, spec, running)  # type: ignore[arg-type]  # checked by run()
+            elif inspect.isawaitable(result):
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()  # never awaited: no "coroutine was never awaited" warning besides this error
+                raise NonRetryable(f"step {spec.name} of {cls.__qualname__} returned a coroutine but is a plain def: "
+                                   f"declare it async def {spec.name}(self, ctx) so that the worker awaits it")
+            status = _normalise(result, cls)
             elapsed = time.monotonic() - t0
             if spec.timeout is not None and elapsed > spec.timeout:
                 raise TimeoutError(f"step {spec.name} ran {elapsed:.1f}s, past its timeout of {spec.timeout}s")
@@ -223,8 +246,10 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec, runni
             problem = _unstorable(procedure, status)  # walks what the step left: it may hold foreign objects
         except NotActive as error:
             raise _Interrupted() from error
+        except GeneratorExit:
+            raise  # closed by its driver (a worker that exits): nothing more is run or written
         except BaseException as error:  # a step is foreign code: SystemExit, CancelledError... end the attempt
-            if own_connection_lost(error, before):
+            if not spec.is_async and own_connection_lost(error, before):  # an async step's queries are not ours
                 raise  # the worker's connection died under the step: not its failure (see execute)
             record = StepRecord(index, spec.name, attempt, started, clock.now())
             if cut_while_idle(error):  # the step's own query met its cut session

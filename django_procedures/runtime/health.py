@@ -26,6 +26,8 @@ from django_procedures.policy.health import Phase, Reading, Verdict, liveness, r
 class _Check:
     limit: float
     alive: Callable[[], bool] | None
+    #: Measures the check when read, instead of reports: ``(age in seconds, detail)``.
+    probe: Callable[[], tuple[float, str]] | None = None
 
 
 class Health:
@@ -38,14 +40,16 @@ class Health:
         self._last: dict[str, float] = {}
         self.phase = Phase.STARTING
 
-    def add_check(self, name: str, *, limit: float, alive: Callable[[], bool] | None = None) -> None:
+    def add_check(self, name: str, *, limit: float, alive: Callable[[], bool] | None = None,
+                  probe: Callable[[], tuple[float, str]] | None = None) -> None:
         """Watch ``name``: healthy while it reported within ``limit`` seconds (and ``alive()``, if given).
 
         Until its first report its age counts from when the check was added, so start-up gets the same grace.
+        With ``probe``, the check is measured when read instead: ``probe()`` gives its age and a detail.
         """
         if not limit > 0:
             raise ValueError(f"a health check's limit must be positive; got {limit!r} for {name!r}")
-        self._checks[name] = _Check(float(limit), alive)
+        self._checks[name] = _Check(float(limit), alive, probe)
         self._last.setdefault(name, self._clock())
 
     def remove_check(self, name: str) -> None:
@@ -70,8 +74,12 @@ class Health:
         now = self._clock()
         found = []
         for name, check in list(self._checks.items()):
-            last = self._last.get(name, self._created)
             alive = True if check.alive is None else bool(check.alive())
+            if check.probe is not None:
+                age, detail = check.probe()
+                found.append(Reading(name, age, check.limit, alive, detail))
+                continue
+            last = self._last.get(name, self._created)
             found.append(Reading(name, max(0.0, now - last), check.limit, alive))
         return found
 

@@ -47,20 +47,40 @@ class HeldClaims:
         # Claims held: running, or waiting for a thread (prefetched). An abandoned step still counts until
         # its thread returns.
         self.count = 0
+        # Claims on the event loop (``runtime.lane``), counted apart: they use no thread.
+        self.on_loop = 0
         self.prefetch = Prefetch(limit=prefetch)
 
     def add(self, running: RunningClaim) -> None:
         with self._lock:
             self._claims[(running.claim.id, running.claim.lease_token)] = running
-            self.count += 1
+            if running.on_loop:
+                running.taken_at = running.claimed_at  # started at once: never stale, never given back
+                self.on_loop += 1
+            else:
+                self.count += 1
 
     def finished(self, running: RunningClaim, seconds: float) -> int:
-        """A thread is done with ``running`` after ``seconds``; how many the main thread should claim now."""
+        """A thread (or the event loop) is done with ``running`` after ``seconds``; how many the main thread
+        should claim now (of either kind)."""
         with self._lock:
             if self._claims.pop((running.claim.id, running.claim.lease_token), None) is not None:
-                self.count -= 1  # (unless in_flight dropped it already)
+                self._forget(running)  # (unless in_flight dropped it already)
+            if running.on_loop:
+                return 1
             self.prefetch.observe(seconds)
             return self.wanted()
+
+    def _forget(self, running: RunningClaim) -> None:
+        if running.on_loop:
+            self.on_loop -= 1
+        else:
+            self.count -= 1
+
+    @property
+    def total(self) -> int:
+        """Claims held, on threads and on the event loop."""
+        return self.count + self.on_loop
 
     def snapshot(self) -> list[RunningClaim]:
         with self._lock:
@@ -69,7 +89,7 @@ class HeldClaims:
     def busy_threads(self) -> int:
         """Executor threads running a procedure now (prefetched claims not counted)."""
         with self._lock:
-            return sum(1 for r in self._claims.values() if r.taken_at is not None)
+            return sum(1 for r in self._claims.values() if r.taken_at is not None and not r.on_loop)
 
     def hold_write_lock(self) -> bool:
         """SQLite: a step of ours holds the database's write lock now."""
@@ -80,8 +100,8 @@ class HeldClaims:
         """How many to claim now."""
         with self._lock:
             now = time.monotonic()
-            running_for = max((now - r.taken_at for r in self._claims.values() if r.taken_at is not None),
-                              default=0.0)
+            running_for = max((now - r.taken_at for r in self._claims.values()
+                               if r.taken_at is not None and not r.on_loop), default=0.0)
             return to_claim(self.count, self._concurrency, self.prefetch.ahead(self._concurrency, running_for))
 
     def next_give_back(self) -> float:
@@ -115,7 +135,7 @@ class HeldClaims:
             dead = [r for r in self._claims.values() if not self._crew.working_on(r)]
             for r in dead:
                 del self._claims[(r.claim.id, r.claim.lease_token)]
-                self.count -= 1
+                self._forget(r)
             held = list(self._claims.values())
             replace = bool(dead) or self._crew.any_dead()
         for r in dead:

@@ -68,8 +68,12 @@ class ProgressRecorder:
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
-    def report(self, done: Any, total: Any, note: Any, log: logging.LoggerAdapter[logging.Logger]) -> None:
-        """Never raises for a bad report, a lost lease or a database error: progress must not fail a step."""
+    def report(self, done: Any, total: Any, note: Any, log: logging.LoggerAdapter[logging.Logger], *,
+               write: bool = True) -> None:
+        """Never raises for a bad report, a lost lease or a database error: progress must not fail a step.
+
+        ``write=False`` (an async step, on the event loop): held back whatever the interval.
+        """
         value, problems = normalise(done, total, note)
         for problem in problems:
             kind = problem.split(";")[0]
@@ -80,7 +84,8 @@ class ProgressRecorder:
             return
         with self._lock:
             self.pending = value
-            self._write_if_due(own_connection=not self.side_connection)
+            if write:
+                self._write_if_due(own_connection=not self.side_connection)
 
     def step_ended(self) -> None:
         """Between steps of a ``persist=False`` group (no checkpoint to carry it): write a held-back report if the

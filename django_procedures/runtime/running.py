@@ -60,6 +60,8 @@ class RunningClaim:
     #: ``time.monotonic()`` of the claim, and of the moment a thread took it up (None while prefetched).
     claimed_at: float = field(default_factory=time.monotonic)
     taken_at: float | None = None
+    #: Runs on the worker's event loop (``runtime.lane``): counted against ``--async-concurrency``, never prefetched.
+    on_loop: bool = False
     #: Given back unstarted (see ``policy.prefetch``): the thread that dequeues it skips it.
     given_back: bool = False
     #: The executor thread that took it up (None while prefetched); see ``runtime.crew``.

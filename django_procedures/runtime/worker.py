@@ -36,6 +36,8 @@ from django_procedures.runtime.executor import Outcome, RunningClaim, execute, r
 from django_procedures.runtime.health import Health
 from django_procedures.runtime.heartbeat import Duty, Heartbeat
 from django_procedures.runtime.held import STAT, HeldClaims
+from django_procedures.runtime.lane import ASYNC_DB_THREADS, AsyncLane, is_async_type
+from django_procedures.runtime.loop_watch import STALL_SECONDS, LoopStall
 from django_procedures.runtime.outage import watch
 from django_procedures.runtime.progress import ProgressRecorder, close_side_connection
 from django_procedures.runtime.running import error_text, log_extra, trace_text
@@ -77,6 +79,10 @@ class WorkerRuntime:
         self.config = config  # everything it reads of the settings and its options, resolved once
         self.id = config.worker_id or new_worker_id()
         self.types = registry.type_names()
+        # A type with an async def step runs on the event loop (its sync steps too, on the loop's database
+        # threads): the claim must know before it claims whether a thread or a slot of the loop is free.
+        self.async_types = [t for t in self.types if is_async_type(t)]
+        self.thread_types = [t for t in self.types if t not in self.async_types]
         self.stats: Counter[str] = Counter()
         # Reentrant: stop() takes it, and embedding code may call stop() from a thread that holds it.
         self._lock = threading.RLock()
@@ -96,11 +102,28 @@ class WorkerRuntime:
                                prefetch=config.prefetch)
         self.heartbeat = self._heartbeat()
         self.health = self._health()
+        # SQLite allows one writer: one database thread for the loop.
+        self.lane = AsyncLane(self._loop_finished, db_threads=1 if connection.vendor == "sqlite" else
+                              ASYNC_DB_THREADS) if self.async_types else None
+        if self.lane is not None:  # an async step blocking the loop holds up every other: /healthz says so
+            self.health.add_check("event_loop", limit=STALL_SECONDS, probe=self._loop_reading)
 
     @property
     def busy(self) -> int:
-        """Claims held: running, or waiting for a thread (an abandoned step counts until its thread returns)."""
-        return self.held.count
+        """Claims held: running, or waiting for a thread (an abandoned step counts until its thread returns),
+        and those on the event loop."""
+        return self.held.total
+
+    def loop_stall(self) -> LoopStall | None:
+        """The event loop's stall now (an async step blocking it for over a second), or None (``/healthz``)."""
+        return self.lane.stall() if self.lane is not None else None
+
+    def _loop_reading(self) -> tuple[float, str]:
+        """The ``event_loop`` health check: how long the loop has been blocked (0 when it answers), and by what."""
+        stall = self.loop_stall()
+        if stall is None:
+            return 0.0, ""
+        return stall.seconds, f"blocked by {stall.culprit or 'code outside any step'}"
 
     def _heartbeat(self) -> Heartbeat:
         """A heartbeat (again, should the last one die) that also renews the worker's row and writes progress."""
@@ -140,9 +163,10 @@ class WorkerRuntime:
         connection_created.connect(configure, weak=False, dispatch_uid=f"procedures-worker-{self.id}")
         name = functools.partial(name_connection, worker_id=self.id)
         connection_created.connect(name, weak=False, dispatch_uid=f"procedures-worker-name-{self.id}")
-        logger.info("worker %s started: queues=%s concurrency=%d database=%s types=%d lease=%gs", self.id,
+        logger.info("worker %s started: queues=%s concurrency=%d async=%s database=%s types=%d lease=%gs", self.id,
                     ",".join(self.config.queues) if self.config.queues else "*", self.config.concurrency,
-                    connection.vendor, len(self.types), self.config.lease_seconds)
+                    self.config.async_concurrency if self.lane else "-", connection.vendor, len(self.types),
+                    self.config.lease_seconds)
         self._tables_checked = reporting.tables_ready(self.id)
         reporting.report_unknown_types(self.id, self.types)
         reporting.report_schedules(self.id, sync_declared(), ticks=self.config.with_scheduler)
@@ -154,6 +178,8 @@ class WorkerRuntime:
     def _run_registered(self) -> int:
         traced = tracing.start()  # None unless the process uses OpenTelemetry
         self.crew.start()
+        if self.lane is not None:
+            self.lane.start()
         self.heartbeat.start()
         error = ""
         try:
@@ -164,6 +190,8 @@ class WorkerRuntime:
             raise
         finally:
             tracing.stop(traced)
+            if self.lane is not None:
+                self.lane.stop()
             self.heartbeat.stop()
             self.row.stop(StopReason.ERROR if error else stop_reason(self._stop_reason or ""), error)
             self.waker.close()
@@ -257,20 +285,26 @@ class WorkerRuntime:
                 self._give_back_stale()
                 self._wake_timers()
                 with self._lock:
-                    wanted = self.held.wanted()
+                    wanted = self.held.wanted() if self.thread_types else 0
+                    awaiting = self._loop_slots()
                     next_chore = min(self.held.next_give_back(), *(chore.next_at for chore in chores))
-                if wanted <= 0:  # enough in hand: sleep until a procedure finishes (it wakes us)
+                if wanted <= 0 and awaiting <= 0:  # enough in hand: sleep until a procedure finishes (it wakes us)
                     self.waker.wait(min(longest, max(0.0, next_chore - time.monotonic())))
                     continue
                 backoff = 0.0
-                if self._claim(wanted) >= wanted:  # fewer: no claim again at once (it would find nothing and
-                    continue  # compete with the step just handed over); a NOTIFY or next_due wakes the loop
+                # Fewer than wanted: no claim again at once (it would find nothing and compete with the step
+                # just handed over); a NOTIFY or next_due wakes the loop.
+                all_claimed = wanted <= 0 or self._claim(wanted) >= wanted
+                if awaiting > 0 and self._claim(awaiting, on_loop=True) < awaiting:
+                    all_claimed = False
+                if all_claimed:
+                    continue
                 times = due_times(type_names=self.types, queues=self.config.queues)
                 self.health.report("database")
                 self._wake_at, due = times.wake_at, times.earliest
                 if self.config.with_scheduler:  # a tick due soon starts work too
                     due = min((at for at in (due, next_tick_due()) if at is not None), default=None)
-                if self.config.burst and not self.held.count and not self._due_soon(due):
+                if self.config.burst and not self.held.total and not self._due_soon(due):
                     logger.info("worker %s: nothing due within %gs; --burst exits", self.id,
                                 self.config.burst_wait_seconds)
                     self._stop_reason = "burst"
@@ -299,19 +333,37 @@ class WorkerRuntime:
             self._wake_at = None
             wake_due()
 
-    def _claim(self, wanted: int) -> int:
-        claims = claim(self.id, type_names=self.types, queues=self.config.queues, limit=wanted,
-                       lease_seconds=self.config.lease_seconds)
+    def _claim(self, wanted: int, *, on_loop: bool = False) -> int:
+        """Claim up to ``wanted`` procedures for the threads, or (``on_loop``) for the event loop."""
+        claims = claim(self.id, type_names=self.async_types if on_loop else self.thread_types,
+                       queues=self.config.queues, limit=wanted, lease_seconds=self.config.lease_seconds)
         watch.restored()
         self.health.report("database")
         observe.claimed(claims)
         for c in claims:
             running = RunningClaim(c, progress=ProgressRecorder(c, side_connection=connection.vendor == "postgresql"),
-                                   lease_seconds=self.config.lease_seconds)
+                                   lease_seconds=self.config.lease_seconds, on_loop=on_loop)
             self.held.add(running)
             self.stats["claimed"] += 1
-            self._work.put(running)
+            if self.lane is not None and on_loop:
+                observe.claim_started(running)
+                self.lane.submit(running)
+            else:
+                self._work.put(running)
         return len(claims)
+
+    def _loop_slots(self) -> int:
+        """How many more the event loop takes now (none once stopping)."""
+        if self.lane is None:
+            return 0
+        return self.config.async_concurrency - self.held.on_loop
+
+    def _loop_finished(self, running: RunningClaim, outcome: Outcome, seconds: float) -> None:
+        """On the event loop's thread, as a claim there ends."""
+        self.stats[STAT[outcome]] += 1
+        observe.outcome(running, outcome.value)
+        if self.held.finished(running, seconds) and not self._stopping.is_set():
+            self.waker.wake()
 
     def _give_back_stale(self) -> None:
         """Release prefetched claims that waited too long for a thread (``HeldClaims.give_back_stale``)."""
@@ -373,6 +425,8 @@ class WorkerRuntime:
             while t.is_alive() and (left := deadline - time.monotonic()) > 0:
                 t.join(min(left, 1.0))
                 self.health.report("loop")  # draining is the loop's work now: /healthz stays 200 meanwhile
+        if self.lane is not None:  # its steps see stopping set too: they settle between steps, or finish
+            self.lane.wait_idle(deadline - time.monotonic())
         for running in self._in_flight():  # a claim whose thread died is left to expire, never released
             self._abandon(running)
 

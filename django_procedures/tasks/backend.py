@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +85,9 @@ class ProceduresBackend(BaseTaskBackend):
             raise InvalidTask(f"retry must be a django_procedures.RetryPolicy(...); got {retry!r}")
         if not isinstance(getattr(task, "atomic", False), bool):
             raise InvalidTask(f"atomic must be True or False; got {task.atomic!r}")
+        if getattr(task, "atomic", False) and inspect.iscoroutinefunction(task.func):
+            raise InvalidTask(f"{task.module_path} is an async def task with atomic=True: an async task is never "
+                              "atomic (a transaction belongs to one thread's connection); drop atomic=True")
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> TaskResult:
         """Write the task as a ``ready`` procedure run in the caller's transaction and return its result."""

@@ -8,6 +8,8 @@ a worker that can, and is reported as an unknown type meanwhile.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import threading
 from typing import Any, ClassVar
@@ -77,6 +79,34 @@ class TaskProcedure(Procedure):
     task: ClassVar[Any]
 
     def call_task(self, ctx: Context) -> Status:
+        args, kwargs, result = self._task_starts(ctx)
+        try:
+            value = type(self).task.call(*args, **kwargs)
+        except (NotActive, KeyboardInterrupt):
+            raise
+        except BaseException as error:
+            if is_disconnect(error):
+                raise  # not the task's failure: the executor reconnects and runs it again
+            raise raised(error, type(self).retry) from error
+        return self._task_returned(ctx, value, result)
+
+    async def acall_task(self, ctx: Context) -> Status:
+        """``call_task`` for an ``async def`` task, awaited on the worker's event loop (``docs/async.md``)."""
+        from asgiref.sync import sync_to_async
+
+        args, kwargs, result = await sync_to_async(self._task_starts)(ctx)
+        try:
+            value = await type(self).task.acall(*args, **kwargs)
+        except (NotActive, KeyboardInterrupt, asyncio.CancelledError):
+            raise  # a cancellation (timeout, lost lease) must reach the worker as one
+        except BaseException as error:
+            if is_disconnect(error):
+                raise  # not the task's failure: the executor reconnects and runs it again
+            raise raised(error, type(self).retry) from error
+        return await sync_to_async(self._task_returned)(ctx, value, result)
+
+    def _task_starts(self, ctx: Context) -> tuple[list[Any], dict[str, Any], Any]:
+        """The call's arguments (the ``TaskContext`` first, if the task takes one), and the running result."""
         task = type(self).task
         args, kwargs = list(self.state.get("args", [])), dict(self.state.get("kwargs", {}))
         _succeeded.pending = None
@@ -89,17 +119,12 @@ class TaskProcedure(Procedure):
                 if isinstance(outcome, Exception):
                     logger.error("task_started receiver %r failed", receiver, exc_info=outcome,
                                  extra=ctx.log_extra())
-        try:
-            if task.takes_context:
-                value = task.call(TaskContext(task_result=result), *args, **kwargs)
-            else:
-                value = task.call(*args, **kwargs)
-        except (NotActive, KeyboardInterrupt):
-            raise
-        except BaseException as error:
-            if is_disconnect(error):
-                raise  # not the task's failure: the executor reconnects and runs it again
-            raise raised(error, type(self).retry) from error
+        if task.takes_context:
+            args.insert(0, TaskContext(task_result=result))
+        return args, kwargs, result
+
+    def _task_returned(self, ctx: Context, value: Any, result: Any) -> Status:
+        task = type(self).task
         try:
             output = to_json(value, f"the return value of {task.module_path}")
         except TypeError as error:
@@ -162,13 +187,19 @@ def procedure_for(task: Any, default_retry: RetryPolicy | None) -> type[TaskProc
     def run(self: TaskProcedure, ctx: Context) -> Status:
         return self.call_task(ctx)
 
+    async def arun(self: TaskProcedure, ctx: Context) -> Status:
+        return await self.acall_task(ctx)
+
+    arun.__name__ = "run"
+    body = arun if inspect.iscoroutinefunction(task.func) else run
+
     with _lock:
         cls = types.classes.get(path)
         if cls is None or not _registered(cls):  # new, or forgotten by the registry (testing.isolated_registry)
             qualname = f"TaskProcedure[{path}]"
             cls = type(qualname, (TaskProcedure,), {
                 "__module__": __name__, "__qualname__": qualname, "type_name": type_name_of(path),
-                "retry": retry, "task": task, "run": step(atomic=atomic)(run),
+                "retry": retry, "task": task, "run": step(atomic=atomic)(body),
             })
             types.classes[path] = cls
     return cls

@@ -247,6 +247,7 @@ class SessionProbe(Procedure):
                            "current_setting('application_name')")
             timeout, name = cursor.fetchone()
         return Status.done(output={"idle_in_transaction_session_timeout": timeout, "application_name": name})
+from testproject.testapp.async_steps import *  # noqa: E402, F403 - async def steps
 from testproject.testapp.limited import *  # noqa: E402, F403 - procedures under flow-control limits
 from testproject.testapp.long_steps import *  # noqa: E402, F403 - steps holding a transaction a long time
 from testproject.testapp.soak import *  # noqa: E402, F403 - the fault-injection soak's procedures

@@ -93,6 +93,15 @@ async def async_add(a, b):
 
 
 @task(takes_context=True)
+async def where_am_i(context, pause=0.0):
+    """Which thread awaited it (a worker's event loop, or the caller's under drain()), and its attempt."""
+    import threading
+
+    await asyncio.sleep(pause)
+    return {"thread": threading.current_thread().name, "attempt": context.attempt}
+
+
+@task(takes_context=True)
 def who_am_i(context):
     return {"id": context.task_result.id, "attempt": context.attempt, "pid": os.getpid()}
 

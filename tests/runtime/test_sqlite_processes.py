@@ -114,3 +114,19 @@ def test_limits_hold_with_a_worker_on_sqlite(sqlite_file, workers: Workers):
     rows = query(sqlite_file, "SELECT step FROM testapp_effect WHERE step IN ('enter', 'exit') ORDER BY id")
     assert [r[0] for r in rows] == ["enter", "exit"] * len(ids)
     assert query(sqlite_file, "SELECT coalesce(sum(in_use), 0) FROM django_procedures_limituse") == [(0,)]
+
+
+def test_async_steps_run_on_a_sqlite_worker(sqlite_file, tmp_path, workers: Workers):
+    """The event loop on SQLite: one database thread for the loop's bookkeeping, the async ORM beside it."""
+    ids = [submit(sqlite_file, "testproject.testapp.async_steps.AsyncAwaits", {"seconds": 0.5}) for _ in range(3)]
+    counted = submit(sqlite_file, "testproject.testapp.async_steps.AsyncCounts", {})
+    w = workers.start(lease_seconds=10.0, env={"DATABASE_URL": f"sqlite:///{sqlite_file}"},
+                      procedures={"POLL_SECONDS": 0.2})
+    wait_for(lambda: all(status_of(sqlite_file, pid) == "done" for pid in [*ids, counted]), timeout=WAIT,
+             workers=workers, what="the async procedures to finish on SQLite")
+    for pid in ids:
+        assert query(sqlite_file, "SELECT step FROM testapp_effect WHERE procedure_id = ? ORDER BY id",
+                     pid.replace("-", "")) == [("wait",), ("record",)]
+    assert not w.log_lines(level="ERROR"), w.describe()
+    w.signal(signal.SIGTERM)
+    assert w.wait(30) == 0

@@ -9,7 +9,7 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_procedures import RetryPolicy
+from django_procedures import RetryPolicy, registry
 from django_procedures.models import ProcedureRun
 from django_procedures.tasks import ProceduresBackend, ProceduresTask, TaskCancelled
 from django_procedures.tasks.compat import (
@@ -22,6 +22,11 @@ from django_procedures.tasks.compat import (
     task_started,
 )
 from django_procedures.testing import drain
+
+try:
+    from django.tasks import task
+except ImportError:  # Django 5.2: the django-tasks backport
+    from django_tasks import task
 from testproject.testapp import tasks
 from testproject.testapp.models import Effect
 from testproject.testapp.procedures import ThreeSteps
@@ -247,6 +252,23 @@ def test_async_tasks_run():
     result = tasks.async_add.enqueue(20, 22)
     drain()
     assert result_of(result.id).return_value == 42
+    assert [s.is_async for s in registry.get(f"task:{tasks.async_add.module_path}").steps] == [True]
+
+
+def test_an_async_task_with_its_context_runs_under_drain():
+    result = tasks.where_am_i.enqueue()
+    drain()
+    assert result_of(result.id).return_value["attempt"] == 1
+
+
+async def module_level_fetch():
+    pass
+
+
+def test_an_atomic_async_task_is_refused_where_it_is_declared():
+    with pytest.raises(InvalidTask, match=r"module_level_fetch is an async def task with atomic=True: an async task "
+                                          r"is never atomic"):
+        task(atomic=True)(module_level_fetch)
 
 
 def test_unknown_ids_do_not_exist():

@@ -47,7 +47,7 @@ def test_workers_run_tasks_and_any_process_reads_the_results(workers):
         wait_finished(result, timeout=60, workers=workers)
 
     assert (added.status, added.return_value) == (TaskResultStatus.SUCCESSFUL, 5)
-    assert later.return_value == 42  # an async task, run on a worker thread
+    assert later.return_value == 42  # an async task, awaited on a worker's event loop
     assert retried.return_value == {"attempt": 2, "worker_ids": 2}
     assert [e.exception_class_path for e in retried.errors] == ["builtins.ValueError"]
     assert set(added.worker_ids + later.worker_ids + retried.worker_ids) <= {a.worker_id, b.worker_id}
@@ -148,3 +148,12 @@ def test_each_failed_attempt_keeps_its_own_traceback(workers):
     for w in (a, b):
         w.signal(signal.SIGTERM)
         assert w.wait(30) == 0
+
+
+def test_an_async_task_is_awaited_on_the_worker_event_loop(workers):
+    results = [tasks.where_am_i.enqueue(pause=0.2) for _ in range(20)]
+    workers.start("--concurrency", "1", procedures=FAST)
+    for result in results:
+        wait_finished(result, timeout=60, workers=workers)
+    assert {(r.status, r.return_value["thread"], r.return_value["attempt"]) for r in results} == {
+        (TaskResultStatus.SUCCESSFUL, "procedures-async-loop", 1)}

@@ -22,6 +22,9 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=None,
                             help="Executor threads, 1 to 256, each with its own connection (default: "
                                  "PROCEDURES['CONCURRENCY'], or 4 on PostgreSQL and 1 on SQLite).")
+        parser.add_argument("--async-concurrency", type=int, default=None,
+                            help="async def steps in flight at once on the worker's event loop, 1 to 100000 "
+                                 "(default: PROCEDURES['ASYNC_CONCURRENCY'], 100).")
         parser.add_argument("--burst", action="store_true",
                             help="Exit once nothing runs and nothing is due within BURST_WAIT_SECONDS.")
         parser.add_argument("--lease-seconds", type=float, default=None,
@@ -50,7 +53,8 @@ class Command(BaseCommand):
             config = resolve_config(queues=queues, concurrency=options["concurrency"], burst=options["burst"],
                                     lease_seconds=options["lease_seconds"],
                                     shutdown_timeout=options["shutdown_timeout"], worker_id=options["worker_id"],
-                                    with_scheduler=options["with_scheduler"])
+                                    with_scheduler=options["with_scheduler"],
+                                    async_concurrency=options["async_concurrency"])
         except WorkerConfigError as error:
             raise CommandError(f"cannot start a worker: {error}") from None
         worker = WorkerRuntime(config)
