@@ -13,6 +13,8 @@ SUBCOMMANDS: dict[str, str] = {
     "show": "django_procedures.cli.show",
     "retry": "django_procedures.cli.retry",
     "cancel": "django_procedures.cli.cancel",
+    "rerun": "django_procedures.cli.rerun",
+    "send-event": "django_procedures.cli.send_event",
     "workers": "django_procedures.cli.workers",
     "stats": "django_procedures.cli.stats",
     "schedules": "django_procedures.cli.schedules",

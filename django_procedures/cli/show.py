@@ -10,11 +10,11 @@ from django.db.models import Q
 from django_procedures import clock
 from django_procedures.cli.common import ago, procedure_id, when
 from django_procedures.cli.output import Output, Refused
-from django_procedures.models import Lease, ProcedureRun, Step
+from django_procedures.models import Event, Lease, ProcedureRun, Step
 
-HELP = "Show one procedure: its tree, steps with attempts and durations, leases, error and traceback."
-#: Most tree members, step attempts and leases read (a procedure can have many of each).
-TREE_LIMIT, STEP_LIMIT, LEASE_LIMIT = 200, 100, 20
+HELP = "Show one procedure: its tree, steps with attempts and durations, leases, events, error and traceback."
+#: Most tree members, step attempts, leases and events read (a procedure can have many of each).
+TREE_LIMIT, STEP_LIMIT, LEASE_LIMIT, EVENT_LIMIT = 200, 100, 20, 50
 TREE_FIELDS = ("id", "type_name", "status", "parent_id", "depth", "spawned_in", "position", "step_name",
                "created_at")
 
@@ -44,12 +44,18 @@ def details(pid: Any) -> dict[str, Any]:
     # procedures_lease_token (procedure, token), the latest claims.
     leases = list(Lease.objects.filter(procedure_id=run.id).order_by("-token")
                   .values("token", "worker", "claimed_at", "expires_at", "released_at", "outcome")[:LEASE_LIMIT])
+    # procedures_event_idx (procedure, id), the latest events.
+    events = list(Event.objects.filter(procedure_id=run.id).order_by("-id")
+                  .values("id", "name", "key", "sent_at", "sent_by", "consumed_at", "consumed_step",
+                          "payload")[:EVENT_LIMIT])
+    events.reverse()
     return {
         "procedure": {
             "id": str(run.id), "type": run.type_name, "status": run.status, "queue": run.queue,
             "priority": run.priority, "key": run.key, "version": run.version, "step": run.step,
             "step_name": run.step_name, "attempt": run.attempt, "failures": run.failures, "lost": run.lost,
-            "waiting_for": run.waiting_for or None, "wake_at": run.wake_at, "run_at": run.run_at,
+            "waiting_for": run.waiting_for or None, "waiting_events": run.waiting_events, "wake_at": run.wake_at,
+            "run_at": run.run_at, "rerun_of": str(run.rerun_of_id) if run.rerun_of_id else None,
             "parent": str(run.parent_id) if run.parent_id else None, "root": str(root), "depth": run.depth,
             "pending_children": run.pending_children, "lease_owner": run.lease_owner or None,
             "lease_token": run.lease_token, "lease_expires_at": run.lease_expires_at,
@@ -67,6 +73,7 @@ def details(pid: Any) -> dict[str, Any]:
         "steps": [{**s, "seconds": _seconds(s["started_at"], s["finished_at"])} for s in steps],
         "leases": [{**lease, "seconds": _seconds(lease["claimed_at"], lease["released_at"] or lease["expires_at"])}
                    for lease in leases],
+        "events": events,
     }
 
 
@@ -78,7 +85,8 @@ def run(options: dict[str, Any], out: Output) -> None:
     p = doc["procedure"]
     now = clock.now()
     out.line(f"{p['type']} {p['id']}")
-    fields = [("status", p["status"] + (f" (waiting for {p['waiting_for']})" if p["waiting_for"] else "")),
+    waits = " or ".join(p["waiting_events"] or []) if p["waiting_for"] == "event" else p["waiting_for"]
+    fields = [("status", p["status"] + (f" (waiting for {waits})" if p["waiting_for"] else "")),
               ("queue", f"{p['queue']} (priority {p['priority']})"), ("key", p["key"] or "-"),
               ("step", f"{p['step_name'] or '-'} (committed {p['step']}, attempt {p['attempt']}, "
                        f"failures {p['failures']}, lost {p['lost']})"),
@@ -87,7 +95,8 @@ def run(options: dict[str, Any], out: Output) -> None:
               ("run at", when(p["run_at"])), ("wake at", when(p["wake_at"])),
               ("lease", f"{p['lease_owner']} token {p['lease_token']} until {when(p['lease_expires_at'])}"
                if p["lease_owner"] else "-"),
-              ("retried", f"{when(p['retried_at'])} by {p['retried_by']}" if p["retried_at"] else "-")]
+              ("retried", f"{when(p['retried_at'])} by {p['retried_by']}" if p["retried_at"] else "-"),
+              ("re-run of", p["rerun_of"] or "-")]
     for label, value in fields:
         out.line(f"  {label:<9} {value}")
     out.line()
@@ -110,6 +119,12 @@ def run(options: dict[str, Any], out: Output) -> None:
                    for x in doc["leases"]])
     else:
         out.line("no leases")
+    if doc["events"]:
+        out.line()
+        out.table(["event", "name", "sent", "by", "consumed"],
+                  [[str(e["id"]), e["name"], when(e["sent_at"]), e["sent_by"] or "-",
+                    f"{when(e['consumed_at'])} (step {e['consumed_step']})" if e["consumed_at"] else "not yet"]
+                   for e in doc["events"]])
     for label, text in (("error", p["error"]), ("rollback error", p["rollback_error"]),
                         ("traceback", p["traceback"])):
         if text:
