@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Iterator
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -32,3 +34,12 @@ def graceful_signals(on_first: Callable[[str], None]) -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def join_until(threads: Iterable[threading.Thread], deadline: float, each_second: Callable[[], None]) -> None:
+    """Join ``threads`` until they end or ``time.monotonic()`` passes ``deadline``, calling ``each_second()``
+    at least once a second meanwhile (the worker's health check of its main loop)."""
+    for t in threads:
+        while t.is_alive() and (left := deadline - time.monotonic()) > 0:
+            t.join(min(left, 1.0))
+            each_second()

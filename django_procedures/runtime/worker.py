@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import queue
-import socket
 import threading
 import time
-import uuid
 from collections import Counter
 from typing import Any
 
@@ -17,13 +14,13 @@ from django.db import close_old_connections, connection
 from django.db.backends.signals import connection_created
 
 from django_procedures import clock, registry
-from django_procedures.conf import conf
 from django_procedures.exceptions import ProceduresNotMigrated
-from django_procedures.policy.health import check_limit, longest_sleep
+from django_procedures.policy.health import longest_sleep
 from django_procedures.policy.worker_config import WorkerConfig
 from django_procedures.policy.workers import StopReason, stop_reason
 from django_procedures.runtime import observe, reporting, retention, tracing
 from django_procedures.runtime.chores import Chore
+from django_procedures.runtime.config import new_worker_id, resolve_config
 from django_procedures.runtime.connections import (
     APPLICATION_NAME_PREFIX,
     application_name,
@@ -33,17 +30,17 @@ from django_procedures.runtime.connections import (
 from django_procedures.runtime.crew import Crew
 from django_procedures.runtime.endings import Interrupted
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute, record_crash
-from django_procedures.runtime.health import Health
 from django_procedures.runtime.heartbeat import Duty, Heartbeat
 from django_procedures.runtime.held import STAT, HeldClaims
 from django_procedures.runtime.lane import ASYNC_DB_THREADS, AsyncLane, is_async_type
-from django_procedures.runtime.loop_watch import STALL_SECONDS, LoopStall
+from django_procedures.runtime.loop_watch import LoopStall
 from django_procedures.runtime.outage import watch
 from django_procedures.runtime.progress import ProgressRecorder, close_side_connection
 from django_procedures.runtime.running import error_text, log_extra, trace_text
 from django_procedures.runtime.settle import settle
-from django_procedures.runtime.shutdown import graceful_signals
+from django_procedures.runtime.shutdown import graceful_signals, join_until
 from django_procedures.runtime.wakeup import Waker
+from django_procedures.runtime.worker_health import worker_health
 from django_procedures.runtime.worker_row import WorkerRow
 from django_procedures.store.claim import claim, due_times
 from django_procedures.store.db import is_conflict, is_disconnect
@@ -58,18 +55,6 @@ logger = logging.getLogger("django_procedures.worker")
 
 __all__ = ["APPLICATION_NAME_PREFIX", "WorkerConfig", "WorkerRuntime", "application_name", "new_worker_id",
            "resolve_config"]
-
-
-def resolve_config(**command_line: Any) -> WorkerConfig:
-    """``PROCEDURES`` with the command line's options (``WorkerConfig.resolve``'s keywords) laid over it.
-
-    Raises ``WorkerConfigError`` naming what to change when they contradict each other.
-    """
-    return WorkerConfig.resolve(conf.merged(), sqlite=connection.vendor == "sqlite", **command_line)
-
-
-def new_worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 class WorkerRuntime:
@@ -101,12 +86,13 @@ class WorkerRuntime:
         self.held = HeldClaims(self._lock, self.crew, self.stats, concurrency=config.concurrency,
                                prefetch=config.prefetch)
         self.heartbeat = self._heartbeat()
-        self.health = self._health()
         # SQLite allows one writer: one database thread for the loop.
         self.lane = AsyncLane(self._loop_finished, db_threads=1 if connection.vendor == "sqlite" else
                               ASYNC_DB_THREADS) if self.async_types else None
-        if self.lane is not None:  # an async step blocking the loop holds up every other: /healthz says so
-            self.health.add_check("event_loop", limit=STALL_SECONDS, probe=self._loop_reading)
+        # A heartbeat not started yet counts as alive (its age still counts); a dead one is replaced.
+        self.health = worker_health(config.lease_seconds,
+                                    heartbeat_alive=lambda: self.heartbeat.ident is None or self.heartbeat.is_alive(),
+                                    loop_stall=self.loop_stall if self.lane is not None else None)
 
     @property
     def busy(self) -> int:
@@ -118,13 +104,6 @@ class WorkerRuntime:
         """The event loop's stall now (an async step blocking it for over a second), or None (``/healthz``)."""
         return self.lane.stall() if self.lane is not None else None
 
-    def _loop_reading(self) -> tuple[float, str]:
-        """The ``event_loop`` health check: how long the loop has been blocked (0 when it answers), and by what."""
-        stall = self.loop_stall()
-        if stall is None:
-            return 0.0, ""
-        return stall.seconds, f"blocked by {stall.culprit or 'code outside any step'}"
-
     def _heartbeat(self) -> Heartbeat:
         """A heartbeat (again, should the last one die) that also renews the worker's row and writes progress."""
         return Heartbeat(self._in_flight, lease_seconds=self.config.lease_seconds,
@@ -132,17 +111,6 @@ class WorkerRuntime:
                          duties=[Duty("renew the worker's row", self._renew_row),
                                  Duty("write held-back progress", self._flush_progress)],
                          report=self._report)
-
-    def _health(self) -> Health:
-        """The checks ``/healthz`` reads: the main loop turns, the database answers, the heartbeat beats."""
-        health = Health()
-        limit = check_limit(self.config.lease_seconds)
-        health.add_check("loop", limit=limit)
-        health.add_check("database", limit=limit)
-        # Not started yet counts as alive (its age still counts); a dead one is replaced by the main loop.
-        health.add_check("heartbeat", limit=limit,
-                         alive=lambda: self.heartbeat.ident is None or self.heartbeat.is_alive())
-        return health
 
     def _report(self, check: str) -> None:
         """For the heartbeat thread, which is built before the health object (and again when replaced)."""
@@ -370,16 +338,11 @@ class WorkerRuntime:
         self.held.give_back_stale()
 
     def _due_soon(self, due: Any) -> bool:
-        if due is None:
-            return False
-        return (due - clock.now()).total_seconds() <= self.config.burst_wait_seconds
+        return due is not None and (due - clock.now()).total_seconds() <= self.config.burst_wait_seconds
 
     def _idle_timeout(self, due: Any, next_chore: float) -> float:
-        timeout = next_chore - time.monotonic()
-        if due is not None:
-            timeout = min(timeout, (due - clock.now()).total_seconds())
-        if self.config.burst:
-            timeout = min(timeout, self.config.poll_seconds)
+        timeout = min(next_chore - time.monotonic(), *([(due - clock.now()).total_seconds()] if due else []),
+                      *([self.config.poll_seconds] if self.config.burst else []))
         return max(0.0, timeout)
 
     # -- executor threads -----------------------------------------------------------------
@@ -421,10 +384,8 @@ class WorkerRuntime:
         for _ in threads:
             self._work.put(None)
         deadline = time.monotonic() + self.config.shutdown_timeout
-        for t in threads:
-            while t.is_alive() and (left := deadline - time.monotonic()) > 0:
-                t.join(min(left, 1.0))
-                self.health.report("loop")  # draining is the loop's work now: /healthz stays 200 meanwhile
+        # Draining is the loop's work now: /healthz stays 200 meanwhile.
+        join_until(threads, deadline, lambda: self.health.report("loop"))
         if self.lane is not None:  # its steps see stopping set too: they settle between steps, or finish
             self.lane.wait_idle(deadline - time.monotonic())
         for running in self._in_flight():  # a claim whose thread died is left to expire, never released
