@@ -44,6 +44,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     if isinstance(max_state, bool) or not isinstance(max_state, int) or max_state < 1024:
         errors.append(Error(f"PROCEDURES['MAX_STATE_BYTES'] must be an integer of at least 1024 (bytes); got "
                             f"{max_state!r}", hint="The default is 4194304 (4 MiB).", id="django_procedures.E020"))
+    for name, default, check_id in (("MAX_EVENT_BYTES", "1048576 (1 MiB)", "E023"),
+                                    ("MAX_UNCONSUMED_EVENTS", "1000", "E024")):
+        value = getattr(conf, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            errors.append(Error(f"PROCEDURES[{name!r}] must be an integer of at least 1; got {value!r}",
+                                hint=f"The default is {default}. See docs/waiting.md.",
+                                id=f"django_procedures.{check_id}"))
     redact = conf.REDACT
     if isinstance(redact, str) or not isinstance(redact, list | tuple | set | frozenset) or not all(
             isinstance(key, str) for key in redact):

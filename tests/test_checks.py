@@ -170,3 +170,14 @@ def test_tracing_asked_for_without_opentelemetry_says_what_to_install(monkeypatc
 def test_tracing_accepts_none_true_and_false_when_opentelemetry_is_installed(value):
     with override_settings(PROCEDURES={"TRACING": value}):
         assert [e for e in check_settings() if e.level >= 40] == []
+
+
+@pytest.mark.parametrize(("name", "code"), [("MAX_EVENT_BYTES", "E023"), ("MAX_UNCONSUMED_EVENTS", "E024")])
+@pytest.mark.parametrize("value", [0, -1, "1MiB", 2.5, True, None])
+def test_event_limits_must_be_positive_integers(name, code, value):
+    with override_settings(PROCEDURES={name: value}):
+        (error,) = check_settings()
+    assert error.id == f"django_procedures.{code}"
+    assert error.msg == f"PROCEDURES[{name!r}] must be an integer of at least 1; got {value!r}"
+    with override_settings(PROCEDURES={name: 1}):
+        assert check_settings() == []
