@@ -78,12 +78,12 @@ def _foreign_key_share(cutoff: Any, trees: int) -> float:
 
     from django.db import connection, transaction
 
-    from django_procedures.models import KeyRequest, Lease, ProcedureRun, Step
+    from django_procedures.models import Event, KeyRequest, Lease, ProcedureRun, Step
     from django_procedures.policy.status import FINAL
     from django_procedures.store import retention as store
 
     sql = store._PRUNE_SQL.format(run=store._table(ProcedureRun), step=store._table(Step), lease=store._table(Lease),
-                                  key=store._table(KeyRequest))
+                                  key=store._table(KeyRequest), event=store._table(Event))
     params = {"cutoff": cutoff, "statuses": sorted(FINAL), "final": sorted(FINAL), "limit": trees}
     for _ in range(2):
         with transaction.atomic(), connection.cursor() as cursor:

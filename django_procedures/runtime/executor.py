@@ -225,13 +225,18 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec,
         running.deadline = None if spec.timeout is None else t0 + spec.timeout
         before = session()  # so that own_connection_lost() can tell whose connection failed
         running.in_step = True
+        closed = False  # the driver closed the generator at the yield: not the step's GeneratorExit
         try:
             activity.check()
             body = procedure.execute if cls.uses_execute() else getattr(procedure, spec.name)
             running.effect_uncommitted = not spec.idempotent  # from here a stop parks it (policy.interruption)
             result = body(ctx)
             if spec.is_async:  # the driver awaits it (with the timeout) and sends back what it returned
-                result = yield StepAwait(result, spec, running)  # type: ignore[arg-type]  # checked by run()
+                try:
+                    result = yield StepAwait(result, spec, running)  # type: ignore[arg-type]  # checked by run()
+                except GeneratorExit:
+                    closed = True
+                    raise
             elif inspect.isawaitable(result):
                 close = getattr(result, "close", None)
                 if close is not None:
@@ -246,9 +251,9 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec,
             problem = _unstorable(procedure, status)  # walks what the step left: it may hold foreign objects
         except NotActive as error:
             raise _Interrupted() from error
-        except GeneratorExit:
-            raise  # closed by its driver (a worker that exits): nothing more is run or written
         except BaseException as error:  # a step is foreign code: SystemExit, CancelledError... end the attempt
+            if closed:
+                raise  # closed by its driver (a worker that exits): nothing more is run or written
             if not spec.is_async and own_connection_lost(error, before):  # an async step's queries are not ours
                 raise  # the worker's connection died under the step: not its failure (see execute)
             record = StepRecord(index, spec.name, attempt, started, clock.now())
