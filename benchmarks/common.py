@@ -76,9 +76,9 @@ class Sizes:
     #: The limits benchmark (benchmarks/limits.py): no-ops per side of the non-binding limit's pair; the keys
     #: limited to 1, the procedures per key, their step's seconds, and the workers x threads that drain them;
     #: the rate (claims per second), the seconds it is held, and its workers.
-    limits_drain: int = 10_000
+    limits_drain: int = 5_000
     limits_keys: int = 20
-    limits_per_key: int = 200
+    limits_per_key: int = 100
     limits_step: float = 0.05
     limits_workers: int = 8
     limits_threads: int = 4
