@@ -73,6 +73,18 @@ class Sizes:
     #: The async benchmark: procedures awaiting 1 s of I/O on one worker; no-op async (and sync) procedures.
     async_io: int = 1_000
     async_noops: int = 20_000
+    #: The limits benchmark (benchmarks/limits.py): no-ops per side of the non-binding limit's pair; the keys
+    #: limited to 1, the procedures per key, their step's seconds, and the workers x threads that drain them;
+    #: the rate (claims per second), the seconds it is held, and its workers.
+    limits_drain: int = 5_000
+    limits_keys: int = 20
+    limits_per_key: int = 100
+    limits_step: float = 0.05
+    limits_workers: int = 8
+    limits_threads: int = 4
+    limits_rate: int = 200
+    limits_rate_seconds: int = 30
+    limits_rate_workers: int = 4
 
 
 

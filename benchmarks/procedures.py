@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from django_procedures import Procedure, Status, step
+from django_procedures import Limit, Procedure, Status, step
 
 
 class Noop(Procedure):
@@ -198,3 +198,38 @@ class AwaitsIO(Procedure):
         import asyncio
 
         await asyncio.sleep(self.state["seconds"])
+
+
+class LimitedNoop(Noop):
+    """``Noop`` under a concurrency limit no drain reaches (the limits benchmark): the claim's limited pass
+    takes and frees a slot of it for every run, and never has to pass one by."""
+
+    type_name = "bench.LimitedNoop"
+
+    def limits(self):
+        return [Limit.concurrency("bench", 10_000)]
+
+
+class KeyedSleep(Procedure):
+    """Sleeps ``state["seconds"]`` under ``Limit.concurrency("bench-key:<state["key"]>", 1)`` and returns when its
+    step entered and left (the limits benchmark counts how many ran at once from these, not by sampling)."""
+
+    type_name = "bench.KeyedSleep"
+
+    def limits(self):
+        return [Limit.concurrency(f"bench-key:{self.state['key']}", 1)]
+
+    @step
+    def run(self, ctx):
+        enter = time.time()
+        time.sleep(self.state["seconds"])
+        return Status.done(output={"enter": enter, "exit": time.time()})
+
+
+class RatedNoop(Noop):
+    """``Noop`` under ``Limit.rate("bench-rate", state["count"], 1)``: at most that many claims a second."""
+
+    type_name = "bench.RatedNoop"
+
+    def limits(self):
+        return [Limit.rate("bench-rate", self.state["count"], 1)]

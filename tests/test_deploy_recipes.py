@@ -306,7 +306,19 @@ def test_every_metric_in_the_dashboard_and_the_alerts_is_exported(exported):
     assert {"django_procedures_procedures_finished_total", "django_procedures_steps_total",
             "django_procedures_step_duration_seconds_bucket", "django_procedures_procedures",
             "django_procedures_oldest_due_seconds", "django_procedures_workers_alive",
-            "django_procedures_leases_lost_total", "django_procedures_schedule_lag_seconds"} <= seen
+            "django_procedures_leases_lost_total", "django_procedures_schedule_lag_seconds",
+            "django_procedures_limit_in_use", "django_procedures_limit_max",
+            "django_procedures_claims_deferred_total"} <= seen
+
+
+def test_the_limit_alert_needs_a_full_limit_and_deferred_claims_for_a_while():
+    """A limit at its max for long with work deferred (issue 30): both halves, joined per limit."""
+    (rule,) = [r for group in yaml.safe_load((DEPLOY / "alerts.yml").read_text())["groups"]
+               for r in group["rules"] if r["alert"] == "ProceduresLimitSaturated"]
+    expr = " ".join(rule["expr"].split())
+    assert "max by (limit) (django_procedures_limit_in_use) >= max by (limit) (django_procedures_limit_max)" in expr
+    assert "and on (limit)" in expr and "rate(django_procedures_claims_deferred_total[" in expr
+    assert rule["for"] == "15m" and "{{ $labels.limit }}" in rule["annotations"]["summary"]
 
 
 DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")

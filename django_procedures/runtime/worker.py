@@ -341,9 +341,13 @@ class WorkerRuntime:
         return due is not None and (due - clock.now()).total_seconds() <= self.config.burst_wait_seconds
 
     def _idle_timeout(self, due: Any, next_chore: float) -> float:
-        timeout = min(next_chore - time.monotonic(), *([(due - clock.now()).total_seconds()] if due else []),
-                      *([self.config.poll_seconds] if self.config.burst else []))
-        return max(0.0, timeout)
+        # min() of one float raises: the next chore is always a bound, the due time and the burst poll only if any.
+        bounds = [next_chore - time.monotonic()]
+        if due is not None:
+            bounds.append((due - clock.now()).total_seconds())
+        if self.config.burst:
+            bounds.append(self.config.poll_seconds)
+        return max(0.0, min(bounds))
 
     # -- executor threads -----------------------------------------------------------------
 

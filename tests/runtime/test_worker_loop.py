@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 
@@ -129,5 +130,18 @@ def test_the_signal_handler_waits_for_no_lock_the_main_thread_holds(settings):
         assert worker.waker.wait(0)  # and woken to do so
         assert worker._should_stop() and worker._stop_reason == "SIGTERM"
         assert worker._stopping.is_set()
+    finally:
+        worker.waker.close()
+
+
+def test_an_idle_long_running_worker_with_nothing_due_waits_until_its_next_chore(settings):
+    """Found by the limits benchmark: with nothing due and no --burst, the idle wait raised ``TypeError`` (min() of
+    one float), and the loop logged a database error and backed off on every pass instead of waiting."""
+    settings.PROCEDURES = {"LISTEN_NOTIFY": False}
+    worker = WorkerRuntime(resolve_config(concurrency=1, lease_seconds=30))  # its threads are not started
+    try:
+        assert 4.0 < worker._idle_timeout(None, time.monotonic() + 5) <= 5.0
+        due = worker_module.clock.now() + timedelta(seconds=2)
+        assert 1.0 < worker._idle_timeout(due, time.monotonic() + 5) <= 2.0
     finally:
         worker.waker.close()
