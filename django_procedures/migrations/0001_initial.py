@@ -368,6 +368,10 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='procedurerun',
+            index=models.Index(condition=models.Q(('status', 'waiting'), ('waiting_for', 'children')), fields=['id'], name='procedures_parents_waiting_idx'),
+        ),
+        migrations.AddIndex(
+            model_name='procedurerun',
             index=models.Index(condition=models.Q(('root__isnull', True)), fields=['finished_at'], name='procedures_prune_idx'),
         ),
         migrations.AddIndex(

@@ -13,6 +13,7 @@ from django_procedures.models.readonly import ReadOnlyQuerySet, StoreWritten, Wr
 from django_procedures.policy.ids import new_id
 from django_procedures.policy.state import StateEncoder
 from django_procedures.policy.status import CLAIMABLE, FINAL, LEASED, UNSUCCESSFUL, RunStatus
+from django_procedures.policy.waiting import WaitingFor
 
 STATUS_CHOICES = [(s.value, s.value.replace("_", " ")) for s in RunStatus]
 
@@ -178,6 +179,10 @@ class ProcedureRun(StoreWritten):
             # The sweep's safety net for lock key waiters (store.locks.wake_stranded), every few seconds on every
             # worker: without it, a scan of the whole table (1.2 s beside ten million finished rows).
             models.Index(fields=["id"], condition=Q(waiting_for_keys=True), name="procedures_key_waiters_idx"),
+            # The sweep's safety net for parents (store.tree.wake_stranded_parents): the rows waiting for children,
+            # not the sleepers and event waiters beside them (a scan of a million sleepers in every sweep otherwise).
+            models.Index(fields=["id"], name="procedures_parents_waiting_idx",
+                         condition=Q(status=RunStatus.WAITING.value, waiting_for=WaitingFor.CHILDREN.value)),
             # Retention: finished roots oldest first.
             models.Index(fields=["finished_at"], condition=Q(root__isnull=True), name="procedures_prune_idx"),
             # The dashboard's charts: procedures finished in a time range, by outcome (an index-only scan).
