@@ -16,6 +16,7 @@ from django.db.backends.signals import connection_created
 from django_procedures import clock, registry
 from django_procedures.exceptions import ProceduresNotMigrated
 from django_procedures.policy.health import longest_sleep
+from django_procedures.policy.loop_wake import wake_after_loop_claim
 from django_procedures.policy.worker_config import WorkerConfig
 from django_procedures.policy.workers import StopReason, stop_reason
 from django_procedures.runtime import observe, reporting, retention, tracing
@@ -32,7 +33,7 @@ from django_procedures.runtime.endings import Interrupted
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute, record_crash
 from django_procedures.runtime.heartbeat import Duty, Heartbeat
 from django_procedures.runtime.held import STAT, HeldClaims
-from django_procedures.runtime.lane import ASYNC_DB_THREADS, AsyncLane, is_async_type
+from django_procedures.runtime.lane import AsyncLane, database_threads, is_async_type
 from django_procedures.runtime.loop_watch import LoopStall
 from django_procedures.runtime.outage import watch
 from django_procedures.runtime.progress import ProgressRecorder, close_side_connection
@@ -81,6 +82,8 @@ class WorkerRuntime:
         self._stop_reason: str | None = None  # the first reason given to stop(), or "burst"
         self._signalled: str | None = None  # the first SIGTERM/SIGINT, not yet acted on by the main loop
         self._wake_at: Any = None  # the first sleeper's wake time, read when idle
+        # The latest claim for the event loop found fewer than it had room for (``policy.loop_wake``).
+        self._loop_claim_short = False
         self.crew = Crew(config.concurrency, self._executor_loop)
         # The claims held, guarded by the same lock as the crew's threads.
         self.held = HeldClaims(self._lock, self.crew, self.stats, concurrency=config.concurrency,
@@ -88,7 +91,7 @@ class WorkerRuntime:
         self.heartbeat = self._heartbeat()
         # SQLite allows one writer: one database thread for the loop.
         self.lane = AsyncLane(self._loop_finished, db_threads=1 if connection.vendor == "sqlite" else
-                              ASYNC_DB_THREADS) if self.async_types else None
+                              database_threads(config.async_concurrency)) if self.async_types else None
         # A heartbeat not started yet counts as alive (its age still counts); a dead one is replaced.
         self.health = worker_health(config.lease_seconds,
                                     heartbeat_alive=lambda: self.heartbeat.ident is None or self.heartbeat.is_alive(),
@@ -308,6 +311,8 @@ class WorkerRuntime:
         watch.restored()
         self.health.report("database")
         observe.claimed(claims)
+        if on_loop:
+            self._loop_claim_short = len(claims) < wanted
         for c in claims:
             running = RunningClaim(c, progress=ProgressRecorder(c, side_connection=connection.vendor == "postgresql"),
                                    lease_seconds=self.config.lease_seconds, on_loop=on_loop)
@@ -330,7 +335,12 @@ class WorkerRuntime:
         """On the event loop's thread, as a claim there ends."""
         self.stats[STAT[outcome]] += 1
         observe.outcome(running, outcome.value)
-        if self.held.finished(running, seconds) and not self._stopping.is_set():
+        if not self.held.finished(running, seconds) or self._stopping.is_set():
+            return
+        claim = running.claim
+        if wake_after_loop_claim(outcome=outcome.value, last_claim_short=self._loop_claim_short,
+                                 still_on_loop=self.held.on_loop, has_parent=claim.parent_id is not None,
+                                 held_keys=bool(claim.lock_keys), held_limits=bool(claim.limits)):
             self.waker.wake()
 
     def _give_back_stale(self) -> None:
