@@ -87,7 +87,7 @@ FROM w
 """
 
 
-def read(since: dt.datetime | None) -> Reading:
+def read(since: dt.datetime | None, settle: dt.timedelta = SETTLE) -> Reading:
     """Completions since ``since`` (``None``: start counting now), pickup latency of the last 30 s, depth.
 
     Pickup latency is ``started_at - created_at``: submit to the first claim, both on this host's clock.
@@ -96,12 +96,12 @@ def read(since: dt.datetime | None) -> Reading:
 
     with connection.cursor() as cursor:
         if since is None:
-            cursor.execute("SELECT clock_timestamp() - %s", [SETTLE])
+            cursor.execute("SELECT clock_timestamp() - %s", [settle])
             since = cursor.fetchone()[0]
-        cursor.execute(_SAMPLE_SQL, {"since": since, "settle": SETTLE, "type": BenchJob.type_name})
+        cursor.execute(_SAMPLE_SQL, {"since": since, "settle": settle, "type": BenchJob.type_name})
         db_now, completed, pct, depth = cursor.fetchone()
     p50, p95, p99 = (float(v) for v in pct) if pct else (0.0, 0.0, 0.0)
-    return Reading(db_now=db_now, completed=int(completed), watermark=db_now - SETTLE,
+    return Reading(db_now=db_now, completed=int(completed), watermark=db_now - settle,
                    p50=p50, p95=p95, p99=p99, depth=int(depth))
 
 
