@@ -341,8 +341,9 @@ class WorkerRuntime:
         return due is not None and (due - clock.now()).total_seconds() <= self.config.burst_wait_seconds
 
     def _idle_timeout(self, due: Any, next_chore: float) -> float:
-        timeout = min(next_chore - time.monotonic(), *([(due - clock.now()).total_seconds()] if due else []),
-                      *([self.config.poll_seconds] if self.config.burst else []))
+        # One list: with nothing due and no --burst there is a single candidate, and min(x) of one float raises.
+        timeout = min([next_chore - time.monotonic(), *([(due - clock.now()).total_seconds()] if due else []),
+                       *([self.config.poll_seconds] if self.config.burst else [])])
         return max(0.0, timeout)
 
     # -- executor threads -----------------------------------------------------------------
