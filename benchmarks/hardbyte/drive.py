@@ -14,8 +14,8 @@ samples by phase, and drives the chaos phases itself:
   Only with ``--pg throwaway`` (a server this driver initdb's in a temporary directory):
   the shared server on 5432 is never restarted.
 
-After the last phase the producer stops, the queue is left to drain and the bench
-database is audited: every stored job finished once (one ``done`` step row), none lost.
+After the last phase the adapter is stopped (SIGTERM), a ``procedures_worker --burst``
+runs what it left, and the bench database is audited: every stored job finished once (one ``done`` step row), none lost.
 
     python -m benchmarks.hardbyte.drive --pg throwaway --scenario chaos_pg_backend_kill --out /tmp/hb
 """
@@ -248,20 +248,17 @@ def run_phase(phase: Phase, adapter: Adapter, pg: ThrowawayPostgres | None, admi
     events.append(event)
 
 
-def wait_drained(url: str, deadline_s: float) -> bool:
-    """After the producer stops: until no job of ours is unfinished (or the deadline passes)."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        try:
-            with psycopg.connect(url, autocommit=True) as conn:
-                left = conn.execute("SELECT count(*) FROM django_procedures_procedurerun WHERE type_name ="
-                                    " 'hardbyte.Job' AND finished_at IS NULL").fetchone()[0]
-            if left == 0:
-                return True
-        except psycopg.Error:
-            pass
-        time.sleep(1.0)
-    return False
+def drain(url: str, workers: int, timeout: float) -> bool:
+    """After the adapter has stopped: a ``procedures_worker --burst`` runs what it left, so the audit sees
+    every stored job finished (or not, which is then a finding)."""
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "benchmarks.hardbyte.settings"}
+    try:
+        done = subprocess.run([sys.executable, str(ROOT / "manage.py"), "procedures_worker", "--burst", "--queues",
+                               "hardbyte", "--concurrency", str(workers)], cwd=ROOT, env=env, timeout=timeout,
+                              capture_output=True)
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0
 
 
 def load_average() -> list[float]:
@@ -326,11 +323,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[drive] {phase.label} ({phase.kind}, {phase.seconds:g}s)", file=sys.stderr, flush=True)
             run_phase(phase, adapter, pg, admin_url, args.db, events)
         stop_pacer.set()
-        recorder.phase = "drain"
-        if adapter.proc is None:
-            adapter.start()
-        drained = wait_drained(db_url, 180.0)
+        recorder.phase = "stop"
         rc = adapter.stop()
+        drained = drain(db_url, args.workers, 600.0)
         result = {"scenario": args.scenario, "phases": [p.__dict__ for p in phases], "rate": args.rate,
                   "depth_target": args.depth_target, "workers": args.workers, "processes": args.processes,
                   "pg": args.pg, "load_before": load_before, "load_after": load_average(), "cpus": os.cpu_count(),
