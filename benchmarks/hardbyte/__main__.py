@@ -1,0 +1,3 @@
+from benchmarks.hardbyte.adapter import main
+
+raise SystemExit(main())
