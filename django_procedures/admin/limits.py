@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
+from django_procedures.admin.view_only import ViewOnlyAdmin
 from django_procedures.models import LimitUse
 
 
-class LimitUseAdmin(admin.ModelAdmin):
+class LimitUseAdmin(ViewOnlyAdmin):
     """Rows are written by the claims and the lease endings, and removed by the sweep once they count nothing."""
 
     list_display = ("name", "use", "recent_claims", "waiting_queues")
     search_fields = ("name",)
     ordering = ("-in_use", "name")
     list_per_page = 100
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[LimitUse]:
         return super().get_queryset(request).defer("times")  # (a rate's log: up to its count of timestamps)

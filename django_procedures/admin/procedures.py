@@ -34,6 +34,7 @@ from django_procedures.admin.page import page_context
 from django_procedures.admin.reads import ROW_FIELDS, step_total
 from django_procedures.admin.redaction import NoJsonLookups
 from django_procedures.admin.rerun import RERUN, links
+from django_procedures.admin.view_only import ViewOnlyAdmin
 from django_procedures.admin.why import first_line, sleeping_until, waiting_for_events
 from django_procedures.models import ProcedureRun
 from django_procedures.policy import ids
@@ -42,7 +43,7 @@ from django_procedures.policy.status import FINAL, RunStatus
 TEMPLATES = "admin/django_procedures/procedurerun"
 
 
-class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admin.ModelAdmin):
+class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, ViewOnlyAdmin):
     """Operators read procedures here and retry or cancel them; nobody edits a procedure's columns."""
 
     # The last error right after where it happened: on a narrow screen the numbers at the end scroll, not it.
@@ -72,14 +73,7 @@ class ProcedureRunAdmin(QueryStringGuard, NoJsonLookups, BulkConfirmations, admi
 
     # -- permissions: read-only, plus the two actions ----------------------------------------
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # finished trees are removed by procedures_prune, never one row at a time
+    # Read-only (ViewOnlyAdmin): finished trees are removed by procedures_prune, never one row at a time.
 
     # Each action needs the view permission as well as its own: its confirmation page shows the procedures.
 

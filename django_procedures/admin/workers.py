@@ -13,6 +13,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
 from django_procedures.admin.display import relative
+from django_procedures.admin.view_only import ViewOnlyAdmin
 from django_procedures.admin.why import timestamp
 from django_procedures.models import Worker
 from django_procedures.policy.workers import WorkerState
@@ -40,7 +41,7 @@ class WorkerStateFilter(admin.SimpleListFilter):
         return queryset
 
 
-class WorkerAdmin(admin.ModelAdmin):
+class WorkerAdmin(ViewOnlyAdmin):
     """Read-only: rows are written by the workers and removed by ``procedures_prune``."""
 
     list_display = ("worker_id", "state_badge", "running_now", "hostname", "pid", "queue_list", "concurrency",
@@ -52,15 +53,6 @@ class WorkerAdmin(admin.ModelAdmin):
 
     class Media:
         css = {"all": ("django_procedures/admin.css",)}
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Worker]:
         return super().get_queryset(request).with_state()  # type: ignore[attr-defined]

@@ -4,9 +4,23 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Any
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+
+def seconds_of(value: Any) -> float | None:
+    """The seconds of a ``timedelta`` or a number (not a bool), as a float; None for anything else.
+
+    The one reading of "a ``timedelta`` or seconds" that sleeps, timeouts, rates and debounces share; each
+    caller says in its own words what it refuses.
+    """
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
 
 
 def parse_duration(text: str | int | float | timedelta) -> timedelta:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django_procedures.policy.durations import seconds_of
 from django_procedures.policy.schedule_args import MAX_DURATION
 
 #: ``Event.name``'s column: a name longer than this is refused (``ValueError``).
@@ -60,11 +61,8 @@ def timeout_at(timeout: timedelta | float | None, *, now: datetime) -> datetime 
     over-long timeout, or one that is neither a ``timedelta`` nor a number of seconds."""
     if timeout is None:
         return None
-    if isinstance(timeout, timedelta):
-        seconds = timeout.total_seconds()
-    elif isinstance(timeout, int | float) and not isinstance(timeout, bool):
-        seconds = float(timeout)
-    else:
+    seconds = seconds_of(timeout)
+    if seconds is None:
         raise ValueError(f"Status.wait_for_event(timeout=...) takes a timedelta, a number of seconds or None; "
                          f"got {type(timeout).__name__}")
     if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:

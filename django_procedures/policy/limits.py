@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django_procedures.policy.durations import seconds_of
+
 #: Longest limit name: the limit table's primary key column.
 MAX_NAME_LENGTH = 200
 #: Largest ``count`` of a rate limit: its row keeps that many claim times.
@@ -55,11 +57,8 @@ def _check_positive_int(value: Any, what: str) -> int:
 
 
 def _check_per(per: Any) -> float:
-    if isinstance(per, timedelta):
-        seconds = per.total_seconds()
-    elif isinstance(per, int | float) and not isinstance(per, bool):
-        seconds = float(per)
-    else:
+    seconds = seconds_of(per)
+    if seconds is None:
         raise TypeError(f"a rate's per must be a timedelta or seconds; got {type(per).__name__} {per!r}")
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"a rate's per must be a positive, finite duration; got {per!r}")

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django_procedures.policy.durations import seconds_of
+
 #: The columns' limits (``ProcedureRun.queue``, ``.key`` and ``.priority``; a test keeps them equal).
 QUEUE_MAX_LENGTH = 100
 KEY_MAX_LENGTH = 255
@@ -111,12 +113,9 @@ def check_debounce(debounce: Any, where: str = "debounce") -> timedelta | None:
     """How long a debounced submit waits for the next one: a ``timedelta`` or a number of seconds, at least 0."""
     if debounce is None:
         return None
-    if isinstance(debounce, bool) or not isinstance(debounce, int | float | timedelta):
+    seconds = seconds_of(debounce)
+    if seconds is None:
         raise TypeError(f"{where} must be a timedelta or a number of seconds; got {_name(debounce)} {debounce!r}")
-    if isinstance(debounce, timedelta):
-        seconds = debounce.total_seconds()
-    else:
-        seconds = debounce
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"{where} must be a finite delay of at least 0 seconds; got {debounce!r}")
     if seconds >= RUN_AFTER_SECONDS_MAX:

@@ -10,6 +10,7 @@ import math
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from django_procedures.policy.durations import seconds_of
 from django_procedures.policy.schedule_args import MAX_DURATION
 
 __all__ = ["WaitingFor", "wake_time"]
@@ -40,11 +41,8 @@ def wake_time(delay: timedelta | float | None, until: datetime | None, *, now: d
             raise ValueError(f"Status.sleep(until=...) takes an aware datetime; got the naive {until.isoformat()} "
                              "(use django.utils.timezone.make_aware(), or datetime(..., tzinfo=UTC))")
         return until
-    if isinstance(delay, timedelta):
-        seconds = delay.total_seconds()
-    elif isinstance(delay, int | float) and not isinstance(delay, bool):
-        seconds = float(delay)
-    else:
+    seconds = seconds_of(delay)
+    if seconds is None:
         raise ValueError(f"Status.sleep takes a timedelta or a number of seconds; got {type(delay).__name__}")
     if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
         raise ValueError(f"Status.sleep needs a delay of zero or more seconds, finite; got {delay!r}")

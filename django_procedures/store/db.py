@@ -220,3 +220,21 @@ def own_connection_lost(error: BaseException, before: Any) -> bool:
 def is_conflict(error: BaseException) -> bool:
     """A deadlock or serialization failure: the transaction may simply be run again."""
     return isinstance(error, DatabaseError) and sqlstate(error) in RETRYABLE_SQLSTATES
+
+
+def advisory_xact_locks(namespace: str, names: Iterable[str], *, wait: bool) -> bool:
+    """Take transaction-scoped advisory locks on ``names`` in ``namespace`` (PostgreSQL; elsewhere True).
+
+    Sorted, and ``unnest`` keeps the array's order, so every transaction takes them in one order. ``wait=False``
+    never blocks: False if another transaction holds one of them now (the caller passes by).
+    """
+    names = sorted(set(names))
+    if not names or not is_postgresql():
+        return True
+    key = f"hashtextextended('{namespace}' || n, 0)"
+    with connection.cursor() as cursor:
+        if wait:
+            cursor.execute(f"SELECT pg_advisory_xact_lock({key}) FROM unnest(%s::text[]) AS n", [names])
+            return True
+        cursor.execute(f"SELECT bool_and(pg_try_advisory_xact_lock({key})) FROM unnest(%s::text[]) AS n", [names])
+        return bool(cursor.fetchone()[0])

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Greatest
 
@@ -34,7 +34,7 @@ from django_procedures.models import Lease, LimitUse, ProcedureRun
 from django_procedures.policy import limits as rules
 from django_procedures.policy.limits import CONCURRENCY, Limit, Use
 from django_procedures.policy.status import CLAIMABLE
-from django_procedures.store.db import bound_cursor, is_postgresql, sql_list, text_array
+from django_procedures.store.db import advisory_xact_locks, bound_cursor, is_postgresql, sql_list, text_array
 from django_procedures.store.kinds import VERSION_OK, Kinds
 from django_procedures.store.notify import notify
 
@@ -54,16 +54,7 @@ def configured_queue_limits() -> dict[str, list[Limit]]:
 
 def _name_locks(names: Iterable[str], *, wait: bool) -> bool:
     """Serialise the writes of limit rows ``names`` between transactions (advisory locks, sorted; PostgreSQL)."""
-    names = sorted(set(names))
-    if not names or not is_postgresql():
-        return True
-    key = "hashtextextended('django_procedures.limit:' || n, 0)"
-    with connection.cursor() as cursor:
-        if wait:
-            cursor.execute(f"SELECT pg_advisory_xact_lock({key}) FROM unnest(%s::text[]) AS n", [names])
-            return True
-        cursor.execute(f"SELECT bool_and(pg_try_advisory_xact_lock({key})) FROM unnest(%s::text[]) AS n", [names])
-        return bool(cursor.fetchone()[0])
+    return advisory_xact_locks("django_procedures.limit:", names, wait=wait)
 
 
 @dataclass(frozen=True)

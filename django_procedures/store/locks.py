@@ -15,7 +15,7 @@ from django.db import connection
 from django_procedures.models import KeyRequest, ProcedureRun
 from django_procedures.policy.locks import Request, blockers, tree_deadlocks
 from django_procedures.policy.status import CLAIMABLE
-from django_procedures.store.db import bound_cursor, is_postgresql, sql_list, text_array
+from django_procedures.store.db import advisory_xact_locks, bound_cursor, is_postgresql, sql_list, text_array
 from django_procedures.store.kinds import VERSION_OK, Kinds
 from django_procedures.store.notify import notify
 
@@ -28,17 +28,7 @@ def _key_locks(names: Iterable[str], *, wait: bool) -> bool:
     ``wait=False`` never blocks: it returns False if another transaction is
     deciding about one of the keys right now (the caller skips the procedure).
     """
-    names = sorted(set(names))
-    if not names or not is_postgresql():
-        return True
-    # unnest keeps the (sorted) array order, so every transaction takes these locks in one order.
-    key = "hashtextextended('django_procedures:' || n, 0)"
-    with connection.cursor() as cursor:
-        if wait:
-            cursor.execute(f"SELECT pg_advisory_xact_lock({key}) FROM unnest(%s::text[]) AS n", [names])
-            return True
-        cursor.execute(f"SELECT bool_and(pg_try_advisory_xact_lock({key})) FROM unnest(%s::text[]) AS n", [names])
-        return bool(cursor.fetchone()[0])
+    return advisory_xact_locks("django_procedures:", names, wait=wait)
 
 
 def _root_shared(procedure_id: uuid.UUID, root_id: uuid.UUID | None) -> bool:
