@@ -9,13 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, Error, connection, transaction
 
-from django_procedures import clock, submitting
-from django_procedures.conf import conf
+from django_procedures import clock
 from django_procedures.exceptions import LeaseLost, NonRetryable, NotActive
-from django_procedures.policy.limits import stored_limits
 from django_procedures.policy.retry import FailDecision, RetryDecision, decide_error, decide_failure, is_poisonous
-from django_procedures.policy.state import copy_state, encode_state, find_problem, size_problem
-from django_procedures.procedure import Procedure, Status, StepSpec, registered
+from django_procedures.policy.state import copy_state
+from django_procedures.procedure import Procedure, StepSpec, registered
 from django_procedures.runtime import awaiting, hooks, reconnect, write_lock
 from django_procedures.runtime.awaiting import Execution, StepAwait
 from django_procedures.runtime.connections import idle_cut_text, set_transaction_timeout
@@ -34,25 +32,20 @@ from django_procedures.runtime.endings import (
 )
 from django_procedures.runtime.running import Outcome, RunningClaim, error_text, log_extra, logger, trace_text
 from django_procedures.runtime.settle import fenced_out, settle, settle_last
+from django_procedures.runtime.step_result import StepFailed, child_rows, limits_of, measured, normalise, unstorable
 from django_procedures.runtime.versions import find_step, missing_step, upgrade
 from django_procedures.store import fence, transitions
 from django_procedures.store.db import cut_while_idle, is_conflict, is_disconnect, own_connection_lost, session
 from django_procedures.store.fence import StepRecord
 
 if TYPE_CHECKING:
-    from django_procedures.models import ProcedureRun
+    pass
 
 __all__ = ["Outcome", "RunningClaim", "execute", "execution", "fail_overdue", "record_crash"]
 
 
 #: Times an atomic step's transaction is run again after a deadlock or serialization failure.
 _CONFLICT_TRIES = 5
-
-
-class _StepFailed(Exception):
-    def __init__(self, record: StepRecord, error: BaseException, trace: str) -> None:
-        super().__init__(error_text(error))
-        self.record, self.error, self.trace = record, error, trace
 
 
 class _Interrupted(Exception):
@@ -147,7 +140,7 @@ def _execute(running: RunningClaim) -> Execution:
         # Still ours: the database refused the step's transaction (cut while idle, or a conflict that kept
         # coming back). That is a failed attempt, recorded on a fresh connection and retried by the policy.
         record = StepRecord(claim.step, claim.step_name, claim.attempt, clock.now(), clock.now())
-        failed = _StepFailed(record, DatabaseError(_database_hint(error, claim.step_name)), trace_text())
+        failed = StepFailed(record, DatabaseError(_database_hint(error, claim.step_name)), trace_text())
         return _record_failure(procedure, cls, running, failed)
 
 
@@ -192,7 +185,7 @@ def _run_group(procedure: Procedure, cls: type[Procedure], first: StepSpec, runn
             if not first.idempotent:
                 transitions.enter_unsafe_step(claim)
             return settle(running, (yield from _run_steps(procedure, cls, first, running)))
-        except _StepFailed as failed:
+        except StepFailed as failed:
             procedure.state = copy_state(saved_state)
             return _record_failure(procedure, cls, running, failed)
         except _Interrupted:
@@ -243,12 +236,12 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec,
                     close()  # never awaited: no "coroutine was never awaited" warning besides this error
                 raise NonRetryable(f"step {spec.name} of {cls.__qualname__} returned a coroutine but is a plain def: "
                                    f"declare it async def {spec.name}(self, ctx) so that the worker awaits it")
-            status = _normalise(result, cls)
+            status = normalise(result, cls)
             elapsed = time.monotonic() - t0
             if spec.timeout is not None and elapsed > spec.timeout:
                 raise TimeoutError(f"step {spec.name} ran {elapsed:.1f}s, past its timeout of {spec.timeout}s")
             activity.check_lease()
-            problem = _unstorable(procedure, status)  # walks what the step left: it may hold foreign objects
+            problem = unstorable(procedure, status)  # walks what the step left: it may hold foreign objects
         except NotActive as error:
             raise _Interrupted() from error
         except BaseException as error:  # a step is foreign code: SystemExit, CancelledError... end the attempt
@@ -259,25 +252,25 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec,
             record = StepRecord(index, spec.name, attempt, started, clock.now())
             if cut_while_idle(error):  # the step's own query met its cut session
                 error = DatabaseError(idle_cut_text(error, transaction.get_connection(), f"step {spec.name}"))
-            raise _StepFailed(record, error, trace_text()) from error
+            raise StepFailed(record, error, trace_text()) from error
         finally:
             running.in_step, running.deadline = False, None
         record = StepRecord(index, spec.name, attempt, started, clock.now())
         records.append(record)
         following = None if status.kind == "done" else _next_step(cls, spec)
         if problem:
-            raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
+            raise StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
         chained = status.kind == "executing" and not status.persist
         if chained and following is not None and spec.idempotent and following.idempotent:
             index, spec = index + 1, following  # the group is one try: its steps share its attempt number
             running.progress.step_ended()  # no write follows: a report held back past its interval is written
             continue
-        done, state, text = tuple(records), procedure.state, _measured(procedure, spec, record)
+        done, state, text = tuple(records), procedure.state, measured(procedure, spec, record)
         if cls.declares_limits:  # the next claim runs under the limits of the state this write saves
-            claim.new_limits, claim.limits_changed = _limits_of(procedure, record), True
+            claim.new_limits, claim.limits_changed = limits_of(procedure, record), True
         resume_at = following.name if following else ""  # "" after the last step: it then completes
         if status.kind == "suspended" and status.children:
-            rows = _child_rows(claim, status, record)
+            rows = child_rows(claim, status, record)
             return Suspended(done, state, resume_at, rows, safe=safe, state_text=text)
         if status.kind == "sleeping" and status.wake_at is not None:
             return Slept(done, state, resume_at, status.wake_at, safe=safe, state_text=text)
@@ -288,62 +281,8 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec,
         return Continued(done, state, following.name, safe=safe, state_text=text)
 
 
-def _limits_of(procedure: Procedure, record: StepRecord) -> list[list[Any]] | None:
-    """``limits()`` asked of the new state; raising (or returning what is not a ``Limit``) fails the attempt."""
-    try:
-        return stored_limits(procedure.limits(), type(procedure).__qualname__)
-    except Exception as error:
-        raise _StepFailed(record, error, trace_text()) from error
-
-
-def _measured(procedure: Procedure, spec: StepSpec, record: StepRecord) -> str:
-    """The state's JSON text, refused over ``MAX_STATE_BYTES``; the write reuses it (see ``settle``)."""
-    text = encode_state(procedure.state)
-    problem = size_problem(text, conf.MAX_STATE_BYTES)
-    if problem:
-        raise _StepFailed(record, NonRetryable(f"cannot save the checkpoint of step {spec.name}: {problem}"), "")
-    return text
-
-
-def _unstorable(procedure: Procedure, status: Status) -> str | None:
-    """Why the state (or a final output) a step left cannot be stored, or None."""
-    if not isinstance(procedure.state, dict):
-        return f"state is a {type(procedure.state).__name__}; it must be a dict (a JSON object)"
-    problem = find_problem(procedure.state)
-    if problem is None and status.kind == "done":
-        problem = find_problem(status.output, "output")
-    return problem
-
-
-def _child_rows(claim: Any, status: Status, record: StepRecord) -> tuple[ProcedureRun, ...]:
-    """The rows of a suspension's children, checked before anything is written; a refusal fails the attempt."""
-    bad = [c for c in status.children if not isinstance(c, Procedure) or type(c).abstract]
-    if bad:
-        raise _StepFailed(record, NonRetryable(
-            f"Status.suspended takes instances of concrete Procedure classes, like Child(state={{...}}); "
-            f"got {bad[0]!r}"), "")
-    try:
-        now = clock.now()
-        return tuple(transitions.child_rows(claim, submitting.child_runs(status.children, now), now))
-    except BaseException as error:  # a child's state, options or lock keys were refused; nothing was written
-        raise _StepFailed(record, NonRetryable(f"cannot submit the children: {error_text(error)}"),
-                          trace_text()) from error
-
-
-def _normalise(result: Any, cls: type[Procedure]) -> Status:
-    if result is None:
-        return Status.done() if cls.uses_execute() else Status.executing()
-    if not isinstance(result, Status) or result.kind not in ("executing", "suspended", "done", "sleeping",
-                                                                         "waiting_for_event"):
-        raise TypeError(f"a step must return None or a Status (Status.executing(), Status.done(...)); "
-                        f"got {type(result).__name__}")
-    # A plain copy, read here inside the step's try: what the executor reads later can no longer raise.
-    return Status(result.kind, persist=bool(result.persist), children=tuple(result.children), output=result.output,
-                  wake_at=result.wake_at, events=tuple(result.events))
-
-
 def _record_failure(procedure: Procedure, cls: type[Procedure], running: RunningClaim,
-                    failed: _StepFailed) -> Outcome:
+                    failed: StepFailed) -> Outcome:
     claim, error = running.claim, failed.error
     running.progress.before_failure()
     decision = decide_error(cls.retry, error, failures_before=claim.failures, now=clock.now(),

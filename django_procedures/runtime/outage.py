@@ -6,6 +6,8 @@ import logging
 import threading
 import time
 
+from django_procedures.store.db import is_conflict, is_disconnect
+
 logger = logging.getLogger("django_procedures.worker")
 
 
@@ -63,3 +65,14 @@ def _first_line(error: BaseException) -> str:
 
 #: The worker process's one watch (a process runs one worker).
 watch = ConnectionWatch()
+
+
+def report_loop_error(worker_id: str, error: Exception, *, first: bool) -> None:
+    """Log a database error of a worker's main loop once: an outage through :data:`watch` (once per outage), a
+    deadlock victim as news (nothing is wrong with the database), anything else on the ``first`` try only."""
+    if is_disconnect(error):
+        watch.lost(error, "worker loop")
+    elif is_conflict(error):
+        logger.info("worker %s: %s; trying again", worker_id, error)
+    elif first:
+        logger.warning("worker %s: database error, retrying with backoff: %s", worker_id, error)

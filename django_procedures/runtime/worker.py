@@ -35,7 +35,7 @@ from django_procedures.runtime.heartbeat import Duty, Heartbeat
 from django_procedures.runtime.held import STAT, HeldClaims
 from django_procedures.runtime.lane import AsyncLane, database_threads, is_async_type
 from django_procedures.runtime.loop_watch import LoopStall
-from django_procedures.runtime.outage import watch
+from django_procedures.runtime.outage import report_loop_error, watch
 from django_procedures.runtime.progress import ProgressRecorder, close_side_connection
 from django_procedures.runtime.running import error_text, log_extra, trace_text
 from django_procedures.runtime.settle import settle
@@ -44,7 +44,6 @@ from django_procedures.runtime.wakeup import Waker
 from django_procedures.runtime.worker_health import worker_health
 from django_procedures.runtime.worker_row import WorkerRow
 from django_procedures.store.claim import claim, due_times
-from django_procedures.store.db import is_conflict, is_disconnect
 from django_procedures.store.listening import listens
 from django_procedures.store.maintenance import maintain
 from django_procedures.store.schedules import sync_declared
@@ -253,7 +252,7 @@ class WorkerRuntime:
                 # SQLite: while our own step holds the write lock, a chore would only wait for it.
                 for chore in () if self.held.hold_write_lock() else chores:
                     chore.run_if_due()
-                self._give_back_stale()
+                self.held.give_back_stale()  # prefetched claims that waited too long for a thread
                 self._wake_timers()
                 with self._lock:
                     wanted = self.held.wanted() if self.thread_types else 0
@@ -287,12 +286,7 @@ class WorkerRuntime:
             except Exception as error:  # database gone: reconnect with backoff, log once per outage
                 if is_missing_table(error):
                     self._tables_checked = False  # ours dropped (or migrated backwards)? checked on the next pass
-                if is_disconnect(error):
-                    watch.lost(error, "worker loop")
-                elif is_conflict(error):  # a deadlock victim: nothing is wrong with the database
-                    logger.info("worker %s: %s; trying again", self.id, error)
-                elif not backoff:
-                    logger.warning("worker %s: database error, retrying with backoff: %s", self.id, error)
+                report_loop_error(self.id, error, first=not backoff)
                 connection.close()
                 self.waker.close_connection()
                 backoff = min(max(backoff * 2, 0.2), 10.0)
@@ -342,10 +336,6 @@ class WorkerRuntime:
                                  still_on_loop=self.held.on_loop, has_parent=claim.parent_id is not None,
                                  held_keys=bool(claim.lock_keys), held_limits=bool(claim.limits)):
             self.waker.wake()
-
-    def _give_back_stale(self) -> None:
-        """Release prefetched claims that waited too long for a thread (``HeldClaims.give_back_stale``)."""
-        self.held.give_back_stale()
 
     def _due_soon(self, due: Any) -> bool:
         return due is not None and (due - clock.now()).total_seconds() <= self.config.burst_wait_seconds

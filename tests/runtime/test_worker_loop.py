@@ -57,7 +57,7 @@ def test_a_claim_cancelled_while_it_waited_for_a_thread_is_counted_lost_and_logg
         handle.cancel(by="test")
         (waiting,) = worker.snapshot()
         waiting.claimed_at -= GIVE_BACK_SECONDS  # it has waited too long: the main loop gives it back
-        worker._give_back_stale()
+        worker.held.give_back_stale()
     finally:
         worker.waker.close()
     assert (worker.stats["claimed"], worker.stats["lost"], worker.stats["given_back"], worker.busy) == (1, 1, 0, 0)
