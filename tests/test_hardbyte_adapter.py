@@ -23,6 +23,9 @@ from django_procedures.testing import drain
 from tests.runtime.processes import database_url
 
 ROOT = Path(__file__).resolve().parents[1]
+# The adapter reads PostgreSQL's clock and lease columns: its benchmark is a PostgreSQL benchmark.
+pytestmark = pytest.mark.postgres
+
 REQUIRED = {"claim_p50_ms", "claim_p95_ms", "claim_p99_ms", "enqueue_rate", "completion_rate", "queue_depth"}
 
 
