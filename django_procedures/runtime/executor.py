@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
@@ -32,7 +31,15 @@ from django_procedures.runtime.endings import (
 )
 from django_procedures.runtime.running import Outcome, RunningClaim, error_text, log_extra, logger, trace_text
 from django_procedures.runtime.settle import fenced_out, settle, settle_last
-from django_procedures.runtime.step_result import StepFailed, child_rows, limits_of, measured, normalise, unstorable
+from django_procedures.runtime.step_result import (
+    StepFailed,
+    child_rows,
+    limits_of,
+    measured,
+    normalise,
+    refuse_unawaited,
+    unstorable,
+)
 from django_procedures.runtime.versions import find_step, missing_step, upgrade
 from django_procedures.store import fence, transitions
 from django_procedures.store.db import cut_while_idle, is_conflict, is_disconnect, own_connection_lost, session
@@ -230,12 +237,9 @@ def _run_steps(procedure: Procedure, cls: type[Procedure], spec: StepSpec,
                 except GeneratorExit:
                     closed = True
                     raise
-            elif inspect.isawaitable(result):
-                close = getattr(result, "close", None)
-                if close is not None:
-                    close()  # never awaited: no "coroutine was never awaited" warning besides this error
-                raise NonRetryable(f"step {spec.name} of {cls.__qualname__} returned a coroutine but is a plain def: "
-                                   f"declare it async def {spec.name}(self, ctx) so that the worker awaits it")
+            else:
+                refuse_unawaited(result, f"step {spec.name} of {cls.__qualname__}",
+                                 f"declare it async def {spec.name}(self, ctx) so that the worker awaits it")
             status = normalise(result, cls)
             elapsed = time.monotonic() - t0
             if spec.timeout is not None and elapsed > spec.timeout:

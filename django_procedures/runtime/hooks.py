@@ -17,9 +17,14 @@ from django_procedures.runtime.context import Context
 from django_procedures.runtime.endings import Failed, Interrupted, RollbackFailed, RolledBack
 from django_procedures.runtime.running import Outcome, RunningClaim, error_text, trace_text
 from django_procedures.runtime.settle import settle, settle_last
+from django_procedures.runtime.step_result import refuse_unawaited
 from django_procedures.store import transitions
 from django_procedures.store.db import own_connection_lost, session
 from django_procedures.store.fence import StepRecord
+
+#: What a hook that returned a coroutine should be instead (hooks run on a thread, inside the store's work).
+_HOOK_REMEDY = ("it is called on a worker thread and never awaited, so its work did not run; do the work in it "
+                "(call async code with asgiref.sync.async_to_sync)")
 
 
 def _context(running: RunningClaim, step_name: str) -> Context:
@@ -57,7 +62,8 @@ def handle_children(procedure: Procedure, cls: type[Procedure], running: Running
             before = session()
             try:
                 running.activity.check()
-                procedure.on_child_failed(_context(running, "on_child_failed"), child)
+                refuse_unawaited(procedure.on_child_failed(_context(running, "on_child_failed"), child),
+                                 f"on_child_failed of {cls.__qualname__}", _HOOK_REMEDY)
                 problem = find_problem(procedure.state)
                 if problem:
                     raise NonRetryable(f"cannot save the state on_child_failed left: {problem}")
@@ -83,7 +89,8 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
             if cls.rollback_atomic:
                 set_transaction_timeout(transaction.get_connection())
             running.activity.check()
-            procedure.rollback(_context(running, "rollback"))
+            refuse_unawaited(procedure.rollback(_context(running, "rollback")), f"rollback of {cls.__qualname__}",
+                             _HOOK_REMEDY)
             running.activity.check()
             record = StepRecord(claim.step, "rollback", claim.attempt, started, clock.now())
             rolled_back = RolledBack(record)

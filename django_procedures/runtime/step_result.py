@@ -3,6 +3,7 @@ size, the limits it asks for now, its children's rows. A refusal raises :class:`
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any
 
 from django_procedures import clock, submitting
@@ -67,6 +68,22 @@ def child_rows(claim: Any, status: Status, record: StepRecord) -> tuple[Procedur
     except BaseException as error:  # a child's state, options or lock keys were refused; nothing was written
         raise StepFailed(record, NonRetryable(f"cannot submit the children: {error_text(error)}"),
                           trace_text()) from error
+
+
+def refuse_unawaited(result: Any, method: str, remedy: str) -> None:
+    """Raise ``NonRetryable`` naming ``method`` (``"step fetch of Charge"``) when a plain def returned a
+    coroutine (``remedy`` says what to do), an awaitable or an async generator: nothing awaits or iterates it
+    there, so its work would silently not run. It is closed first (no "never awaited" warning besides this)."""
+    if inspect.isasyncgen(result):
+        raise NonRetryable(f"{method} returned an async generator: nothing iterates it, so its body never runs; "
+                           "drop the yield and do (or await) the work instead")
+    if not inspect.isawaitable(result):
+        return
+    what = "a coroutine" if inspect.iscoroutine(result) else f"an awaitable ({type(result).__name__})"
+    close = getattr(result, "close", None)
+    if close is not None:
+        close()
+    raise NonRetryable(f"{method} returned {what} but is a plain def: {remedy}")
 
 
 def normalise(result: Any, cls: type[Procedure]) -> Status:

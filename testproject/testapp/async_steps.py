@@ -97,11 +97,18 @@ class AsyncTimesOut(Procedure):
 
 
 class AsyncBlocks(Procedure):
-    """Blocks the event loop with ``time.sleep`` (a mistake the worker reports)."""
+    """Blocks the event loop with ``time.sleep`` (a mistake the worker reports): ``state['seconds']``, or until
+    the file ``state['release']`` exists (at most ``GATE_TIMEOUT``)."""
 
     @step
     async def blocks(self, ctx):
-        time.sleep(self.state.get("seconds", 1.5))
+        release = self.state.get("release")
+        if release is None:
+            time.sleep(self.state.get("seconds", 1.5))
+            return
+        deadline = time.monotonic() + GATE_TIMEOUT
+        while not Path(release).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 class AsyncNoop(Procedure):

@@ -133,3 +133,24 @@ def test_a_step_that_blocks_the_event_loop_is_reported_by_name(workers):
              what="the stall warning")
     (line,) = worker.log_lines(containing="the event loop is blocked")
     assert f"step blocks of {AsyncBlocks.type_name} (procedure {handle.id})" in line
+
+
+def test_a_blocked_event_loop_turns_healthz_to_503_naming_the_step_and_back(workers, tmp_path):
+    from tests.runtime.test_health_processes import answers
+    from tests.runtime.test_metrics_processes import free_port
+
+    port = free_port()
+    start(workers, "--metrics-port", str(port))
+    wait_for(answers(port, "/healthz", 200), timeout=WAIT, workers=workers, what="/healthz to answer 200")
+    release = tmp_path / "release"
+    handle = AsyncBlocks.submit({"release": str(release)})
+    try:
+        body = wait_for(answers(port, "/healthz", 503), timeout=WAIT, workers=workers, what="/healthz to answer 503")
+    finally:
+        release.touch()
+    check = body["checks"]["event_loop"]
+    assert not check["ok"] and check["age_seconds"] > 1.0
+    assert check["reason"].endswith(f"(blocked by step blocks of {AsyncBlocks.type_name} (procedure {handle.id}))")
+    assert all(c["ok"] for name, c in body["checks"].items() if name != "event_loop")
+    wait_for(lambda: row(handle.id).status == "done", timeout=WAIT, workers=workers, what="the blocking step")
+    wait_for(answers(port, "/healthz", 200), timeout=WAIT, workers=workers, what="/healthz to answer 200 again")

@@ -1,8 +1,10 @@
 """``async def`` steps run by ``drain()`` (and ``execute()``) on the calling thread, inside a ``TestCase``."""
 
 import asyncio
+import gc
 import logging
 import time
+import warnings
 
 import pytest
 from django.test import TestCase
@@ -65,6 +67,86 @@ def test_a_plain_def_step_returning_a_coroutine_fails_naming_the_step(caplog):
     assert ("step fetch of test_a_plain_def_step_returning_a_coroutine_fails_naming_the_step.<locals>."
             "ReturnsCoroutine returned a coroutine but is a plain def: declare it async def fetch(self, ctx)"
             ) in run.error
+
+
+@pytest.mark.django_db
+def test_a_plain_def_step_returning_an_async_generator_fails_naming_the_step():
+    async def rows():
+        yield 1
+
+    class ReturnsAsyncGenerator(Procedure):
+        @step
+        def fetch(self, ctx):
+            return rows()
+
+    handle = ReturnsAsyncGenerator.submit()
+    drain()
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert run.status == "failed" and run.failures == 1  # NonRetryable: no attempt again
+    assert "step fetch of test_a_plain_def_step_returning_an_async_generator_fails_naming_the_step.<locals>." \
+           "ReturnsAsyncGenerator returned an async generator: nothing iterates it" in run.error
+
+
+def _never_awaited_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if "was never awaited" in str(w.message)]
+
+
+@pytest.mark.django_db
+def test_a_plain_def_rollback_returning_a_coroutine_fails_the_rollback_naming_it():
+    ran = []
+
+    async def undo():
+        ran.append("undo")
+
+    class RollsBackLater(Procedure):
+        @step
+        def charge(self, ctx):
+            raise NonRetryable("declined")
+
+        def rollback(self, ctx):
+            return undo()
+
+    handle = RollsBackLater.submit()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        drain()
+        gc.collect()
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert run.status == "failed" and ran == [] and not _never_awaited_warnings(caught)
+    assert "rollback of test_a_plain_def_rollback_returning_a_coroutine_fails_the_rollback_naming_it.<locals>." \
+           "RollsBackLater returned a coroutine but is a plain def: it is called on a worker thread and never " \
+           "awaited" in run.rollback_error
+
+
+@pytest.mark.django_db
+def test_a_plain_def_on_child_failed_returning_a_coroutine_fails_the_parent_naming_it():
+    class FailingChild(Procedure):
+        @step
+        def go(self, ctx):
+            raise NonRetryable("child says no")
+
+    class ForgivesLater(Procedure):
+        @step
+        def spawn(self, ctx):
+            return Status.suspended([FailingChild({})])
+
+        @step
+        def after(self, ctx):
+            pass
+
+        def on_child_failed(self, ctx, child):
+            return asyncio.sleep(0)
+
+    handle = ForgivesLater.submit()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        drain()
+        gc.collect()
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert run.status == "failed" and not _never_awaited_warnings(caught)
+    assert "on_child_failed of test_a_plain_def_on_child_failed_returning_a_coroutine_fails_the_parent_naming_it." \
+           "<locals>.ForgivesLater returned a coroutine but is a plain def" in run.error
+    assert not Step.objects.filter(procedure_id=handle.id, name="after").exists()
 
 
 @pytest.mark.django_db

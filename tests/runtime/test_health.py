@@ -97,3 +97,29 @@ def test_a_port_in_use_is_an_os_error_that_says_so():
             ProbeServer(Health(), "127.0.0.1", first.port)
     finally:
         first.close()
+
+
+def test_a_stalled_event_loop_fails_liveness_naming_the_step_that_blocks_it():
+    from django_procedures.runtime.loop_watch import LoopStall
+    from django_procedures.runtime.worker_health import worker_health
+
+    stall: list[LoopStall | None] = [None]
+    health = worker_health(30.0, heartbeat_alive=lambda: True, loop_stall=lambda: stall[0])
+    for name in ("loop", "database", "heartbeat"):
+        health.report(name)
+    assert health.liveness().ok
+    stall[0] = LoopStall(1.5, "step fetch of shop.Charge (procedure 42)")
+    verdict = health.liveness()
+    assert not verdict.ok and verdict.status == 503
+    check = verdict.as_dict()["checks"]["event_loop"]
+    assert not check["ok"] and check["age_seconds"] == 1.5
+    assert check["reason"].endswith("over the limit of 1s (blocked by step fetch of shop.Charge (procedure 42))")
+    stall[0] = None
+    assert health.liveness().ok
+
+
+def test_a_worker_without_async_types_has_no_event_loop_check():
+    from django_procedures.runtime.worker_health import worker_health
+
+    health = worker_health(30.0, heartbeat_alive=lambda: True)
+    assert "event_loop" not in health.liveness().as_dict()["checks"]
