@@ -10,6 +10,7 @@ from django_procedures.models import ProcedureRun
 from django_procedures.runtime import worker as worker_module
 from django_procedures.runtime.worker import WorkerRuntime, resolve_config
 from testproject.testapp.async_steps import AsyncNoop, SyncNoop
+from testproject.testapp.procedures import ThreeSteps
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -97,3 +98,16 @@ def test_an_async_procedure_due_later_is_claimed_when_it_falls_due(settings, cla
     assert took is not None and time.monotonic() - submitted < 8, took
     loop_claims = [c for c in claims if c[0]]
     assert loop_claims[0][2] == 0 and any(got == 1 for _, _, got in loop_claims), claims
+
+
+def test_an_async_procedure_falling_due_while_the_threads_are_busy_is_claimed_then(settings, claims):
+    """With the threads' backlog in hand, the loop's own next due time is read (not the backlog's, due already):
+    the async run starts when it falls due, long before the backlog is done and the 30 s poll."""
+    settings.PROCEDURES = {**QUIET, "PREFETCH": 0}
+    ThreeSteps.submit_many([{"sleep": {"one": 0.25}} for _ in range(16)])  # 4 s of work for one thread
+    handle = AsyncNoop.submit({}, run_after=1.0)
+    worker = WorkerRuntime(resolve_config(concurrency=1, lease_seconds=10, shutdown_timeout=5))
+    took = _run_until_done(worker, claims, lambda: handle.id)
+
+    assert took is not None and took < 2.5, took
+    assert ProcedureRun.objects.filter(type_name=ThreeSteps.type_name).exclude(status="done").exists()
