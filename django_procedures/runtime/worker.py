@@ -282,10 +282,10 @@ class WorkerRuntime:
                 times = due_times(type_names=self.types, queues=self.config.queues)
                 self.health.report("database")
                 self._wake_at, due = times.wake_at, times.earliest
-                if self.config.with_scheduler:  # a tick due soon starts work too
-                    due = min((at for at in (due, next_tick_due()) if at is not None), default=None)
                 if loop_short:
                     self._recheck_loop(due)
+                if self.config.with_scheduler:  # a tick due soon starts work too
+                    due = min((at for at in (due, next_tick_due()) if at is not None), default=None)
                 if self.config.burst and not self.held.total and not self._due_soon(due):
                     logger.info("worker %s: nothing due within %gs; --burst exits", self.id,
                                 self.config.burst_wait_seconds)
