@@ -12,6 +12,7 @@ the process (a LISTEN connection's autocommit sends none).
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import re
@@ -27,8 +28,10 @@ _IN_LIST = re.compile(r"IN \((?:%s(?:, )?)+\)")
 _SPACE = re.compile(r"\s+")
 
 
+@functools.lru_cache(maxsize=4096)
 def fingerprint(sql: str) -> str:
-    """The statement with its parameter lists folded, cut to a readable length."""
+    """The statement with its parameter lists folded, cut to a readable length (cached: a worker sends the same
+    few statements over and over, and folding each again cost the profiled worker 3 % of its CPU)."""
     text = _SPACE.sub(" ", _IN_LIST.sub("IN (...)", sql)).strip()
     return text[:160]
 

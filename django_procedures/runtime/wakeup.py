@@ -35,6 +35,9 @@ class Waker:
         os.set_blocking(self._write, False)
         self._conn: Any = None
         self._broken_logged = False
+        # Woken by something from outside since take_news(): a notification for its queues, or the LISTEN
+        # connection (re)opened or lost (anything may have been missed meanwhile). Not by wake().
+        self._news = False
 
     def wake(self) -> None:
         try:
@@ -66,6 +69,7 @@ class Waker:
         if self.listen:
             try:
                 if self._connect():
+                    self._news = True
                     return True  # poll once after every (re)connect
             except Exception as error:
                 self._lost(error)
@@ -79,9 +83,15 @@ class Waker:
         if self._read in readable:
             self._drain_pipe()
             woken = True
-        if self._conn is not None and len(fds) > 1 and fds[1] in readable:
-            woken = self._take_notifications() or woken
+        if self._conn is not None and len(fds) > 1 and fds[1] in readable and self._take_notifications():
+            self._news = woken = True
         return woken
+
+    def take_news(self) -> bool:
+        """Whether a notification for its queues (or a reconnect of its LISTEN connection) came since the last
+        call; never without LISTEN, where only polling finds new work."""
+        news, self._news = self._news, False
+        return news
 
     def sleep(self, timeout: float) -> None:
         """Sleep up to ``timeout`` seconds, or until ``wake()``; the database is not touched (it may be down)."""
@@ -107,6 +117,7 @@ class Waker:
     def _lost(self, error: BaseException) -> None:
         watch.lost(error, "LISTEN connection")  # one warning per outage, with the worker's other connections
         self._broken_logged = True
+        self._news = True
         self.close_connection()
 
     def _drain_pipe(self) -> None:

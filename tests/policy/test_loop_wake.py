@@ -2,7 +2,7 @@
 
 import pytest
 
-from django_procedures.policy.loop_wake import wake_after_loop_claim
+from django_procedures.policy.loop_wake import claim_for_loop, loop_recheck_in, wake_after_loop_claim
 from django_procedures.runtime.lane import database_threads
 from django_procedures.runtime.running import Outcome
 
@@ -38,3 +38,24 @@ def test_an_end_that_frees_something_wakes(what):
 @pytest.mark.parametrize(("slots", "threads"), [(1, 4), (100, 4), (256, 4), (640, 10), (1000, 15), (100000, 16)])
 def test_database_threads_follow_the_loop_size(slots, threads):
     assert database_threads(slots) == threads
+
+
+@pytest.mark.parametrize(("short", "new", "passed", "claims"), [
+    (False, False, False, True),  # the last claim filled the loop: more may be due
+    (True, False, False, False),  # nothing was due for it, and nothing has changed since
+    (True, True, False, True),  # a NOTIFY, a reconnect, a claim on the loop that ended
+    (True, False, True, True),  # its next due time (or POLL_SECONDS) has come
+])
+def test_the_loop_is_claimed_for_again_only_when_something_can_be_due(short, new, passed, claims):
+    assert claim_for_loop(last_claim_short=short, something_new=new, recheck_passed=passed) is claims
+
+
+@pytest.mark.parametrize(("due_in", "seconds"), [
+    (None, 1.0),  # nothing due: polled as a worker without LISTEN polls
+    (0.25, 0.25),  # its next run falls due first
+    (5.0, 1.0),  # never later than the poll
+    (0.0, 1.0),  # due already (the threads' backlog, a row another transaction held): says nothing of the loop's
+    (-3.0, 1.0),
+])
+def test_the_recheck_comes_at_the_next_due_time_and_at_most_the_poll_interval(due_in, seconds):
+    assert loop_recheck_in(due_in=due_in, poll_seconds=1.0) == seconds
