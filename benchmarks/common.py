@@ -70,6 +70,9 @@ class Sizes:
     #: The sleepers benchmark: procedures sleeping beside the drain, and the drain.
     sleepers: int = 1_000_000
     sleepers_drain: int = 20_000
+    #: The events benchmark: procedures waiting for an event, and the rate their events are sent at one at a time.
+    events: int = 1_000
+    events_rate: float = 25.0
     #: The async benchmark: procedures awaiting 1 s of I/O on one worker; no-op async (and sync) procedures.
     async_io: int = 1_000
     async_noops: int = 20_000

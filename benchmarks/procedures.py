@@ -167,6 +167,21 @@ class SleepThenStamp(Procedure):
         return Status.done(output={"started": time.time()})
 
 
+class WaitThenStamp(Procedure):
+    """Waits for the event ``go``, then returns the wall-clock time its second step started (the events
+    benchmark: how long from the send's commit to the next step)."""
+
+    type_name = "bench.WaitThenStamp"
+
+    @step
+    def wait(self, ctx):
+        return Status.wait_for_event("go")
+
+    @step
+    def stamp(self, ctx):
+        return Status.done(output={"started": time.time()})
+
+
 class AsyncNoop(Procedure):
     """One ``async def`` step that does nothing (docs/async.md): awaited on the worker's event loop."""
 

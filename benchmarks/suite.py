@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 
-from benchmarks import async_steps, history, limits, observability, waits
+from benchmarks import async_steps, events, history, limits, observability, waits
 from benchmarks.common import (
     KEEP_HISTORY,
     Context,
@@ -35,8 +35,9 @@ QUICK = Sizes(throughput=40, steps_procedures=5, pickup=10, pickup_rate=20.0, ba
               history_requests=1,
               idle_window=0.5, settle=0.1, timeout=120.0, fleet_workers=2, fleet_threads=2, fleet_pool=4,
               fleet_procedures=40, timer_precision=10, timers_burst=50, timers_lead=2.0, sleepers=2_000,
-              sleepers_drain=40, async_io=50, async_noops=40, limits_drain=40, limits_per_key=3,
-              limits_workers=2, limits_threads=2, limits_rate=20, limits_rate_seconds=3, limits_rate_workers=2)
+              sleepers_drain=40, events=20, events_rate=20.0, async_io=50, async_noops=40, limits_drain=40,
+              limits_per_key=3, limits_workers=2, limits_threads=2, limits_rate=20, limits_rate_seconds=3,
+              limits_rate_workers=2)
 
 
 
@@ -300,6 +301,7 @@ BENCHMARKS: dict[str, Callable[[Context], list[Metric]]] = {
     "history": history.history,
     "timers": waits.timers,
     "sleepers": waits.sleepers,
+    "events": events.events,
     "async": async_steps.async_steps,
     "limits": limits.limits,
 }

@@ -4,7 +4,9 @@
 how late each second step starts after its wake time: one at a time, spread
 out (the precision of a timer with the workers idle in between, and their idle
 CPU meanwhile), and ``Sizes.timers_burst`` seeded asleep and due in the same instant (how
-long until the last one ran). ``sleepers`` drains no-op procedures beside
+long until the last one ran: split into the wake passes, the first claim and the drain's rate),
+paired with as many ready no-ops submitted at once to the same workers (the floor: what those
+workers take for that many runs when no wake pass is needed). ``sleepers`` drains no-op procedures beside
 ``Sizes.sleepers`` sleeping ones, paired with the same drain beside none: the
 claim must not scan the sleeping rows (they sit in their own partial index).
 """
@@ -17,7 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from benchmarks.common import KEEP_HISTORY, Context, Drain, Metric, drain_noops, insert_rows, now
-from benchmarks.harness import percentile, wait_until_done
+from benchmarks.harness import BenchmarkError, percentile, wait_until_done
 
 
 def _lateness(type_name: str, since: Any) -> list[float]:
@@ -49,6 +51,7 @@ def timers(ctx: Context) -> list[Metric]:
 
     s, t = ctx.sizes, ctx.threads
     p50, p99, worst, cpu, burst_last, burst_p99 = [], [], [], [], [], []
+    burst_woken, burst_first, burst_rate, ready_last = [], [], [], []
     for run in range(ctx.runs):
         with ctx.databases.fresh(f"timers_{run}") as db, ctx.workers(db) as pool:
             connection.ensure_connection()
@@ -81,17 +84,26 @@ def timers(ctx: Context) -> list[Metric]:
                 seed_sleepers(s.timers_burst, wake_at=due)
                 notify(["default"])
             asleep = (due - now()).total_seconds()
+            woken_after = _watch_wake(SleepThenStamp.type_name, due, s.timeout)
             wait_until_done(n + s.timers_burst, timeout=s.timeout, workers=pool, type_name=SleepThenStamp.type_name)
             burst = _lateness(SleepThenStamp.type_name, since)
+            first_claim, rate = _burst_drain(SleepThenStamp.type_name, since, due)
+            floor = _ready_at_once(s.timers_burst, s.timeout, pool)
         p50.append(percentile(late, 50))
         p99.append(percentile(late, 99))
         worst.append(max(late))
         burst_last.append(max(burst) / 1000)
         burst_p99.append(percentile(burst, 99) / 1000)
+        burst_woken.append(woken_after)
+        burst_first.append(first_claim)
+        burst_rate.append(rate)
+        ready_last.append(floor)
         ctx.progress(f"  timers run {run + 1}: {n} spread timers late by p50 {p50[-1]:.1f} ms, p99 {p99[-1]:.1f} ms, "
                      f"max {worst[-1]:.1f} ms; idle CPU {cpu[-1]:.2f}% of a core with 1,000 sleeping; "
                      f"{s.timers_burst:,} due at once (all asleep {asleep:.1f}s before): the last ran "
-                     f"{burst_last[-1]:.2f}s after its wake time")
+                     f"{burst_last[-1]:.2f}s after its wake time (none left asleep after {woken_after:.2f}s, the "
+                     f"first claimed after {first_claim:.2f}s, then {rate:,.0f}/s from the first claim to the last "
+                     f"finish); as many ready no-ops submitted at once: the last ran {floor:.2f}s after the submit")
     what = f"{s.timer_precision} sleeps of 1-3 s, 2 idle workers x {t} threads"
     return [
         Metric("14 timers", f"lateness p50 (second step start - wake time), {what}", "ms", p50, digits=1),
@@ -102,7 +114,57 @@ def timers(ctx: Context) -> list[Metric]:
         Metric("14 timers", f"{s.timers_burst:,} timers due in the same instant: last one's second step, after",
                "s", burst_last, "≤ 5", lambda v: v <= 5, digits=2),
         Metric("14 timers", "same, p99", "s", burst_p99, digits=2),
+        Metric("14 timers", "same: the wake passes, until none is left asleep, after", "s", burst_woken, digits=2),
+        Metric("14 timers", "same: the first second step claimed, after", "s", burst_first, digits=2),
+        Metric("14 timers", "same: from the first claim to the last finish", "procedures/s", burst_rate),
+        Metric("14 timers", f"the floor: {s.timers_burst:,} ready one-step no-ops submitted at once to the same "
+               "workers, the last one's step after the submit's commit", "s", ready_last, digits=2),
+        Metric("14 timers", "timers due at once / ready no-ops submitted at once (paired, same workers)", "ratio",
+               [b / f for b, f in zip(burst_last, ready_last, strict=True)], digits=2),
     ]
+
+
+def _ready_at_once(count: int, timeout: float, pool: Any) -> float:
+    """Submit ``count`` ``Stamp`` procedures in one commit to ``pool``'s idle workers: seconds from the commit
+    to the last one's step start (what the same workers take for as many runs that need no wake pass)."""
+    from benchmarks.common import submit
+    from benchmarks.procedures import Stamp
+    from django_procedures.models import ProcedureRun
+
+    since = now()
+    submit(Stamp, [{}] * count)
+    committed = time.time()
+    wait_until_done(count, timeout=timeout, workers=pool, type_name=Stamp.type_name)
+    started = ProcedureRun.objects.filter(type_name=Stamp.type_name, created_at__gte=since).values_list(
+        "output", flat=True)
+    return max(output["started"] for output in started) - committed
+
+
+def _watch_wake(type_name: str, due: Any, timeout: float) -> float:
+    """Seconds from ``due`` until no procedure of ``type_name`` due by then sleeps any more (polled every 20 ms
+    through ``procedures_wake_idx``: the rows it reads shrink as they wake)."""
+    from django_procedures.models import ProcedureRun
+
+    asleep = ProcedureRun.objects.filter(type_name=type_name, status="waiting", wake_at__lte=due)
+    deadline = time.monotonic() + timeout
+    while asleep.exists():
+        if time.monotonic() > deadline:
+            raise BenchmarkError(f"{asleep.count()} sleepers still asleep after {timeout:.0f}s")
+        time.sleep(0.02)
+    return (now() - due).total_seconds()
+
+
+def _burst_drain(type_name: str, since: Any, due: Any) -> tuple[float, float]:
+    """For the runs of ``type_name`` created since ``since`` (seeded asleep: their one lease is their second
+    step's): seconds from ``due`` to the first claim, and procedures/s from the first claim to the last finish."""
+    from django.db.models import Count, Max, Min
+
+    from django_procedures.models import Lease, ProcedureRun
+
+    runs = ProcedureRun.objects.filter(type_name=type_name, created_at__gte=since)
+    span = runs.aggregate(n=Count("id"), last=Max("finished_at"))
+    first = Lease.objects.filter(procedure_id__in=runs.values("id")).aggregate(at=Min("claimed_at"))["at"]
+    return (first - due).total_seconds(), span["n"] / (span["last"] - first).total_seconds()
 
 
 def seed_sleepers(count: int, wake_at: Any = None) -> None:

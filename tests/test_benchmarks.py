@@ -29,7 +29,7 @@ def test_quick_run_of_every_benchmark(tmp_path):
     text = results.read_text()
     for benchmark in ("1 throughput", "2 steps", "3 pickup", "4 backlog", "5 trees", "6 schedules", "7 memory",
                       "8 observability", "9 tasks", "10 fleet, direct", "11 retention", "12 history", "13 async",
-                      "17 limits"):
+                      "14 timers", "15 sleepers", "16 events", "17 limits"):
         assert f"| {benchmark} |" in text, output
     # The fleet's PgBouncer half runs where pgbouncer is installed, and says why not elsewhere.
     from benchmarks.pgbouncer import find_pgbouncer

@@ -43,13 +43,13 @@ from django_procedures.runtime.shutdown import graceful_signals, join_until
 from django_procedures.runtime.wakeup import Waker
 from django_procedures.runtime.worker_health import worker_health
 from django_procedures.runtime.worker_row import WorkerRow
+from django_procedures.store import timers
 from django_procedures.store.claim import claim, due_times
 from django_procedures.store.listening import listens
 from django_procedures.store.maintenance import maintain
 from django_procedures.store.schedules import sync_declared
 from django_procedures.store.schema import is_missing_table
 from django_procedures.store.ticks import next_tick_due, run_pass
-from django_procedures.store.timers import wake_due
 
 logger = logging.getLogger("django_procedures.worker")
 
@@ -305,10 +305,14 @@ class WorkerRuntime:
                 self.waker.sleep(backoff)  # a signal (or stop()) cuts it short
 
     def _wake_timers(self) -> None:
-        """Once the first sleeper's wake time read when idle has come, wake the sleepers due, then claim."""
+        """Once the first sleeper's wake time read when idle has come, wake a batch of the sleepers due, then claim.
+
+        A full batch leaves the wake time due, so the loop's next turn, after this one's claim, wakes the next:
+        the threads of a burst of timers due at once start on its first batch, not after the whole of it.
+        """
         if self._wake_at is not None and self._wake_at <= clock.now():
-            self._wake_at = None
-            wake_due()
+            if timers.wake_batch(batch=timers.BATCH) < timers.BATCH:
+                self._wake_at = None
 
     def _claim(self, wanted: int, *, on_loop: bool = False) -> int:
         """Claim up to ``wanted`` procedures for the threads, or (``on_loop``) for the event loop."""

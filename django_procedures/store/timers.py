@@ -52,13 +52,17 @@ def wake_due(now: datetime | None = None, *, batch: int = BATCH) -> int:
     now = now or clock.now()
     woken = 0
     while True:
-        count = _wake_batch(now, batch)
+        count = wake_batch(now, batch=batch)
         woken += count
         if count < batch:
             return woken
 
 
-def _wake_batch(now: datetime, batch: int) -> int:
+def wake_batch(now: datetime | None = None, *, batch: int = BATCH) -> int:
+    """Make up to ``batch`` sleepers due at ``now`` (default: the clock's now) ready, earliest first, in one
+    transaction that NOTIFYs their queues; how many. Fewer than ``batch``: none was left due (but for rows
+    another transaction held, which it leaves as they are)."""
+    now = now or clock.now()
     with transaction.atomic():
         if is_postgresql():
             with bound_cursor() as cursor:
@@ -82,4 +86,4 @@ def next_wake() -> datetime | None:
             .aggregate(at=Min("wake_at"))["at"])
 
 
-__all__ = ["BATCH", "next_wake", "wake_due"]
+__all__ = ["BATCH", "next_wake", "wake_batch", "wake_due"]

@@ -100,6 +100,54 @@ def test_a_claim_that_got_fewer_than_it_asked_for_is_not_followed_at_once_by_ano
     assert got == [(4, 1), (4, 0)], got
 
 
+# -- a burst of timers: claimed between its wake batches --------------------------------------------------------
+
+
+def test_a_burst_of_timers_due_at_once_is_claimed_from_its_first_wake_batch_on(monkeypatch, settings):
+    """Issue 26's 10,000 timers due in one second: the worker woke them all (a batch per transaction) before it
+    claimed one, so its threads idled through the whole wake. Now it claims after each batch; every sleeper is
+    still woken once, and not before its wake time."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_procedures.store import timers
+    from django_procedures.testing import drain
+    from testproject.testapp.waiting import Sleeper
+
+    settings.PROCEDURES = {"BURST_WAIT_SECONDS": 5, "LISTEN_NOTIFY": False, "SWEEP_SECONDS": 60, "PREFETCH": 0}
+    until = timezone.now() + timedelta(seconds=2)
+    Sleeper.submit_many([{"until": until.isoformat()} for _ in range(7)])
+    assert drain()["slept"] == 7
+    monkeypatch.setattr(timers, "BATCH", 2)
+    real_wake, real_claim, seen = timers.wake_batch, worker_module.claim, []
+
+    def wake_batch(*args, **kwargs):
+        woken = real_wake(*args, **kwargs)
+        seen.append(("wake", woken, timezone.now()))
+        return woken
+
+    def claim(*args, **kwargs):
+        claims = real_claim(*args, **kwargs)
+        seen.append(("claim", len(claims), timezone.now()))
+        return claims
+
+    monkeypatch.setattr(timers, "wake_batch", wake_batch)
+    monkeypatch.setattr(worker_module, "claim", claim)
+    WorkerRuntime(resolve_config(concurrency=1, burst=True, lease_seconds=10, shutdown_timeout=5)).run()
+
+    assert set(ProcedureRun.objects.values_list("status", flat=True)) == {"done"}
+    # (The maintenance sweep at the start found none due.)
+    wakes = [(woken, at) for kind, woken, at in seen if kind == "wake" and woken]
+    assert [woken for woken, _ in wakes] == [2, 2, 2, 1], seen  # a batch a turn, until one comes short
+    assert min(at for _, at in wakes) >= until  # never before the wake time
+    # A claim that got one of them came before the last batch was woken (it used to come only after).
+    first_claimed = next(i for i, (kind, got, _) in enumerate(seen) if kind == "claim" and got)
+    last_wake = max(i for i, (kind, woken, _) in enumerate(seen) if kind == "wake" and woken)
+    assert first_claimed < last_wake, seen
+    assert all(step == 2 for step in ProcedureRun.objects.values_list("step", flat=True))
+
+
 # -- SIGTERM: the handler only notes it ---------------------------------------------------------------------------
 
 
