@@ -62,7 +62,9 @@ def handle_children(procedure: Procedure, cls: type[Procedure], running: Running
             before = session()
             try:
                 running.activity.check()
-                refuse_unawaited(procedure.on_child_failed(_context(running, "on_child_failed"), child),
+                # (typed None; a user's plain def may still return a coroutine, which is what this refuses)
+                refuse_unawaited(procedure.on_child_failed(  # type: ignore[func-returns-value]
+                    _context(running, "on_child_failed"), child),
                                  f"on_child_failed of {cls.__qualname__}", _HOOK_REMEDY)
                 problem = find_problem(procedure.state)
                 if problem:
@@ -89,7 +91,8 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
             if cls.rollback_atomic:
                 set_transaction_timeout(transaction.get_connection())
             running.activity.check()
-            refuse_unawaited(procedure.rollback(_context(running, "rollback")), f"rollback of {cls.__qualname__}",
+            refuse_unawaited(procedure.rollback(  # type: ignore[func-returns-value]
+                _context(running, "rollback")), f"rollback of {cls.__qualname__}",
                              _HOOK_REMEDY)
             running.activity.check()
             record = StepRecord(claim.step, "rollback", claim.attempt, started, clock.now())
