@@ -62,10 +62,9 @@ def handle_children(procedure: Procedure, cls: type[Procedure], running: Running
             before = session()
             try:
                 running.activity.check()
-                # (typed None; a user's plain def may still return a coroutine, which is what this refuses)
-                refuse_unawaited(procedure.on_child_failed(  # type: ignore[func-returns-value]
-                    _context(running, "on_child_failed"), child),
-                                 f"on_child_failed of {cls.__qualname__}", _HOOK_REMEDY)
+                # Typed None, but a user's plain def may return a coroutine: that is what is refused here.
+                returned = procedure.on_child_failed(_context(running, "on_child_failed"), child)  # type: ignore[func-returns-value]
+                refuse_unawaited(returned, f"on_child_failed of {cls.__qualname__}", _HOOK_REMEDY)
                 problem = find_problem(procedure.state)
                 if problem:
                     raise NonRetryable(f"cannot save the state on_child_failed left: {problem}")
@@ -91,9 +90,8 @@ def run_rollback(procedure: Procedure, cls: type[Procedure], running: RunningCla
             if cls.rollback_atomic:
                 set_transaction_timeout(transaction.get_connection())
             running.activity.check()
-            refuse_unawaited(procedure.rollback(  # type: ignore[func-returns-value]
-                _context(running, "rollback")), f"rollback of {cls.__qualname__}",
-                             _HOOK_REMEDY)
+            returned = procedure.rollback(_context(running, "rollback"))  # type: ignore[func-returns-value]
+            refuse_unawaited(returned, f"rollback of {cls.__qualname__}", _HOOK_REMEDY)
             running.activity.check()
             record = StepRecord(claim.step, "rollback", claim.attempt, started, clock.now())
             rolled_back = RolledBack(record)

@@ -16,7 +16,6 @@ from django.db.backends.signals import connection_created
 from django_procedures import clock, registry
 from django_procedures.exceptions import ProceduresNotMigrated
 from django_procedures.policy.health import longest_sleep
-from django_procedures.policy.loop_wake import claim_for_loop, loop_recheck_in, wake_after_loop_claim
 from django_procedures.policy.worker_config import WorkerConfig
 from django_procedures.policy.workers import StopReason, stop_reason
 from django_procedures.runtime import observe, reporting, retention, tracing
@@ -34,6 +33,7 @@ from django_procedures.runtime.executor import Outcome, RunningClaim, execute, r
 from django_procedures.runtime.heartbeat import Duty, Heartbeat
 from django_procedures.runtime.held import STAT, HeldClaims
 from django_procedures.runtime.lane import AsyncLane, database_threads, is_async_type
+from django_procedures.runtime.loop_claims import LoopClaims
 from django_procedures.runtime.loop_watch import LoopStall
 from django_procedures.runtime.outage import report_loop_error, watch
 from django_procedures.runtime.progress import ProgressRecorder, close_side_connection
@@ -81,12 +81,7 @@ class WorkerRuntime:
         self._stop_reason: str | None = None  # the first reason given to stop(), or "burst"
         self._signalled: str | None = None  # the first SIGTERM/SIGINT, not yet acted on by the main loop
         self._wake_at: Any = None  # the first sleeper's wake time, read when idle
-        # The latest claim for the event loop found fewer than it had room for (``policy.loop_wake``).
-        self._loop_claim_short = False
-        # After such a claim: a claim on the loop ended and woke the main thread (set on the loop's thread), and
-        # when (time.monotonic()) the loop is claimed for again regardless (policy.loop_wake.claim_for_loop).
-        self._loop_news = False
-        self._loop_recheck_at = 0.0
+        self.loop_claims = LoopClaims(self.waker, config.poll_seconds)
         self.crew = Crew(config.concurrency, self._executor_loop)
         # The claims held, guarded by the same lock as the crew's threads.
         self.held = HeldClaims(self._lock, self.crew, self.stats, concurrency=config.concurrency,
@@ -261,10 +256,10 @@ class WorkerRuntime:
                 with self._lock:
                     wanted = self.held.wanted() if self.thread_types else 0
                     slots = self._loop_slots()
-                    awaiting = slots if slots > 0 and self._loop_worth_claiming() else 0
+                    awaiting = slots if slots > 0 and self.loop_claims.worth_claiming() else 0
                     next_chore = min(self.held.next_give_back(), *(chore.next_at for chore in chores))
                 if slots > 0 and not awaiting:  # room on the loop, nothing new for it: claimed for again later
-                    next_chore = min(next_chore, self._loop_recheck_at)
+                    next_chore = min(next_chore, self.loop_claims.recheck_at)
                 if wanted <= 0 and awaiting <= 0:  # enough in hand: sleep until a procedure finishes (it wakes us)
                     self.waker.wait(min(longest, max(0.0, next_chore - time.monotonic())))
                     continue
@@ -277,13 +272,13 @@ class WorkerRuntime:
                     if loop_short:  # the threads' work is in hand: only the loop's next due time is wanted
                         times = due_times(type_names=self.async_types, queues=self.config.queues)
                         self._wake_at = times.wake_at
-                        self._recheck_loop(times.earliest)
+                        self.loop_claims.recheck(times.earliest)
                     continue
                 times = due_times(type_names=self.types, queues=self.config.queues)
                 self.health.report("database")
                 self._wake_at, due = times.wake_at, times.earliest
                 if loop_short:
-                    self._recheck_loop(due)
+                    self.loop_claims.recheck(due)
                 if self.config.with_scheduler:  # a tick due soon starts work too
                     due = min((at for at in (due, next_tick_due()) if at is not None), default=None)
                 if self.config.burst and not self.held.total and not self._due_soon(due):
@@ -311,7 +306,7 @@ class WorkerRuntime:
         the threads of a burst of timers due at once start on its first batch, not after the whole of it.
         """
         if self._wake_at is not None and self._wake_at <= clock.now():
-            if timers.wake_batch(batch=timers.BATCH) < timers.BATCH:
+            if timers.wake_batch() < timers.BATCH:
                 self._wake_at = None
 
     def _claim(self, wanted: int, *, on_loop: bool = False) -> int:
@@ -322,7 +317,7 @@ class WorkerRuntime:
         self.health.report("database")
         observe.claimed(claims)
         if on_loop:
-            self._loop_claim_short = len(claims) < wanted
+            self.loop_claims.claimed(len(claims), wanted)
         for c in claims:
             running = RunningClaim(c, progress=ProgressRecorder(c, side_connection=connection.vendor == "postgresql"),
                                    lease_seconds=self.config.lease_seconds, on_loop=on_loop)
@@ -334,21 +329,6 @@ class WorkerRuntime:
             else:
                 self._work.put(running)
         return len(claims)
-
-    def _loop_worth_claiming(self) -> bool:
-        """Whether to claim for the event loop on this pass: not again before something can be due for it
-        after a claim that came back short (``policy.loop_wake.claim_for_loop``)."""
-        news = self.waker.take_news() or self._loop_news
-        self._loop_news = False
-        return claim_for_loop(last_claim_short=self._loop_claim_short, something_new=news,
-                              recheck_passed=time.monotonic() >= self._loop_recheck_at)
-
-    def _recheck_loop(self, due: Any) -> None:
-        """After a short claim for the loop: when it is claimed for again at the latest, from ``due`` (the next
-        due time of its types, or earlier)."""
-        due_in = None if due is None else (due - clock.now()).total_seconds()
-        self._loop_recheck_at = time.monotonic() + loop_recheck_in(due_in=due_in,
-                                                                   poll_seconds=self.config.poll_seconds)
 
     def _loop_slots(self) -> int:
         """How many more the event loop takes now (none once stopping)."""
@@ -362,12 +342,7 @@ class WorkerRuntime:
         observe.outcome(running, outcome.value)
         if not self.held.finished(running, seconds) or self._stopping.is_set():
             return
-        claim = running.claim
-        if wake_after_loop_claim(outcome=outcome.value, last_claim_short=self._loop_claim_short,
-                                 still_on_loop=self.held.on_loop, has_parent=claim.parent_id is not None,
-                                 held_keys=bool(claim.lock_keys), held_limits=bool(claim.limits)):
-            self._loop_news = True
-            self.waker.wake()
+        self.loop_claims.ended(running.claim, outcome, still_on_loop=self.held.on_loop)
 
     def _due_soon(self, due: Any) -> bool:
         return due is not None and (due - clock.now()).total_seconds() <= self.config.burst_wait_seconds
