@@ -306,7 +306,7 @@ class WorkerRuntime:
         the threads of a burst of timers due at once start on its first batch, not after the whole of it.
         """
         if self._wake_at is not None and self._wake_at <= clock.now():
-            if timers.wake_batch() < timers.BATCH:
+            if timers.wake_batch(batch=timers.BATCH) < timers.BATCH:
                 self._wake_at = None
 
     def _claim(self, wanted: int, *, on_loop: bool = False) -> int:
