@@ -28,7 +28,7 @@ from typing import Any
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
 
 from benchmarks.admin_seed import count_finished, seed
-from benchmarks.claim_plan import database_settings, drop_database, recreate_database, summarize
+from benchmarks.explain import database_settings, drop_database, recreate_database, summarize
 
 
 def capture(fn: Callable[[], Any]) -> list[tuple[str, Any]]:

@@ -23,7 +23,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
 
 from benchmarks.admin_plans import capture, report
 from benchmarks.admin_seed import count_finished, seed
-from benchmarks.claim_plan import database_settings, drop_database, recreate_database
+from benchmarks.explain import database_settings, drop_database, recreate_database
 
 
 def commands() -> list[list[str]]:
