@@ -17,11 +17,15 @@ import json
 import os
 import re
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 _counts: Counter[str] = Counter()
+#: Seconds spent in each kind of statement (the round trip: the server's work and the wire), bound-cursor
+#: statements and Django's alike; read in-process (``benchmarks.worker_profile``), not written to the dump.
+_seconds: Counter[str] = Counter()
 _lock = threading.Lock()
 
 _IN_LIST = re.compile(r"IN \((?:%s(?:, )?)+\)")
@@ -37,9 +41,17 @@ def fingerprint(sql: str) -> str:
 
 
 def _wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+    started = time.perf_counter()
+    try:
+        return execute(sql, params, many, context)
+    finally:
+        _record(fingerprint(sql), time.perf_counter() - started)
+
+
+def _record(kind: str, seconds: float) -> None:
     with _lock:
-        _counts[fingerprint(sql)] += 1
-    return execute(sql, params, many, context)
+        _counts[kind] += 1
+        _seconds[kind] += seconds
 
 
 def install(directory: str) -> None:
@@ -57,9 +69,11 @@ def install(directory: str) -> None:
     raw_execute = db._BoundCursor.execute
 
     def counted(self: Any, sql: str, params: Any) -> None:
-        with _lock:
-            _counts[fingerprint(sql)] += 1
-        raw_execute(self, sql, params)
+        started = time.perf_counter()
+        try:
+            raw_execute(self, sql, params)
+        finally:
+            _record(fingerprint(sql), time.perf_counter() - started)
 
     db._BoundCursor.execute = counted  # type: ignore[method-assign]
 
@@ -70,9 +84,11 @@ def install(directory: str) -> None:
     raw_command = psycopg.Connection._exec_command
 
     def command(self: Any, sql: Any, *args: Any, **kwargs: Any) -> Any:
-        with _lock:
-            _counts[f"({bytes(sql).decode().split()[0].upper()})"] += 1
-        return raw_command(self, sql, *args, **kwargs)
+        started = time.perf_counter()
+        try:
+            return raw_command(self, sql, *args, **kwargs)
+        finally:
+            _record(f"({bytes(sql).decode().split()[0].upper()})", time.perf_counter() - started)
 
     psycopg.Connection._exec_command = command  # type: ignore[method-assign,assignment]
 

@@ -184,7 +184,7 @@ def seed_sleepers(count: int, wake_at: Any = None) -> None:
     }, source="generate_series(1, %(n)s) AS g", n=count, type=SleepThenStamp.type_name, wake_at=wake_at, state=state)
 
 
-def _seed_sleepers_and_analyze(count: int) -> None:
+def seed_sleepers_and_analyze(count: int) -> None:
     from django.db import connection
 
     seed_sleepers(count)
@@ -196,7 +196,7 @@ def sleepers(ctx: Context) -> list[Metric]:
     s = ctx.sizes
     ctx.progress(f"  seeding {s.sleepers:,} sleeping procedures (once; each run copies the seeded database)")
     t = time.monotonic()
-    seeded = ctx.databases.template("sleepers", lambda: _seed_sleepers_and_analyze(s.sleepers))
+    seeded = ctx.databases.template("sleepers", lambda: seed_sleepers_and_analyze(s.sleepers))
     ctx.progress(f"  seeded in {time.monotonic() - t:.0f}s")
     empty, full, ratio = [], [], []
     for run in range(ctx.runs):

@@ -1,6 +1,7 @@
 """Where one worker's CPU per no-op procedure goes: a burst worker run in this process under cProfile, with counts.
 
     python -m benchmarks.worker_profile [--n 20000] [--threads 1] [--top 25] [--save FILE.prof] [--no-profile]
+                                        [--sleepers N]
 
 Submits ``--n`` no-op procedures into a fresh database, then runs one burst
 worker (``--threads`` executor threads) in this process until it has drained
@@ -14,7 +15,10 @@ statements and commits per procedure (counted in the worker,
 :mod:`benchmarks.statements`; ``pg_stat_statements`` needs a server restart).
 Profiling makes every Python call slower (about 2x here): compare profiles with profiles; ``--no-profile``
 gives the worker's plain CPU per procedure (the statement counter still adds a few µs per statement, and a
-small ``--n`` is mostly start-up). Nothing is appended to ``benchmarks/RESULTS.md``.
+small ``--n`` is mostly start-up). ``--sleepers N`` seeds N procedures asleep for days beside the no-ops (as
+the ``sleepers`` benchmark does), to see which statements cost more beside them: the statements are listed with
+the time each kind took per procedure (its round trips, the server's work included).
+Nothing is appended to ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=25, help="functions to list, by their own profiled time")
     parser.add_argument("--save", default="", help="write the merged profile here (pstats format)")
     parser.add_argument("--no-profile", action="store_true", help="no profiler: the worker's plain CPU")
+    parser.add_argument("--sleepers", type=int, default=0, help="procedures asleep for days beside the no-ops")
     parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL") or _postgres_env()
                         or DEFAULT_URL)
     args = parser.parse_args(argv)
@@ -115,31 +120,37 @@ def main(argv: list[str] | None = None) -> int:
     print(f"worker profile: {args.n:,} no-ops, 1 worker x {args.threads} thread(s); {machine()}", flush=True)
     try:
         with databases.fresh("worker_profile") as db:
+            if args.sleepers:
+                from benchmarks.waits import seed_sleepers_and_analyze
+
+                seed_sleepers_and_analyze(args.sleepers)
             submit(Noop, [{}] * args.n)
             checkpoint()
             close_connection()
             server.wait_disconnected(db)
             before = server.xact_commit(db)
             statements._counts.clear()
+            statements._seconds.clear()
             wall, cpu, stats = profiled_worker(args.threads, profile=not args.no_profile)
             close_connection()
             server.wait_disconnected(db)
             commits = server.xact_commit(db) - before
-        report(args, wall, cpu, stats, commits, Counter(statements._counts))
+        report(args, wall, cpu, stats, commits, Counter(statements._counts), Counter(statements._seconds))
     finally:
         databases.drop_all()
     return 0
 
 
 def report(args: Any, wall: float, cpu: float, stats: pstats.Stats | None, commits: int,
-           counts: Counter[str]) -> None:
+           counts: Counter[str], seconds: Counter[str]) -> None:
     n = args.n
     print(f"{n / wall:,.0f} procedures/s; worker CPU {cpu / n * 1e6:,.0f} µs per procedure"
           f"{' (profiled)' if stats else ''}; {commits / n:.3f} commits per procedure")
     sent = sum(v for k, v in counts.items() if not k.startswith("("))
     print(f"statements per procedure {sent / n:.3f}; round trips with BEGIN and COMMIT {sum(counts.values()) / n:.3f}")
-    for sql, count in counts.most_common(8):
-        print(f"  {count / n:6.3f}  {sql[:110]}")
+    print("per procedure: statements, and µs in them (round trips: the server's work and the wire)")
+    for sql, count in counts.most_common(10):
+        print(f"  {count / n:6.3f}  {seconds[sql] / n * 1e6:7.1f} µs  {sql[:100]}")
     if stats is None:
         return
     calls = sum(nc for _, nc, _, _, _ in stats.stats.values())  # type: ignore[attr-defined]
