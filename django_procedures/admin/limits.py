@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -10,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 from django_procedures import clock
 from django_procedures.admin.view_only import ViewOnlyAdmin
 from django_procedures.models import LimitUse
+from django_procedures.models.limit import LimitUseQuerySet
 
 
 class LimitUseAdmin(ViewOnlyAdmin):
@@ -20,7 +23,8 @@ class LimitUseAdmin(ViewOnlyAdmin):
     list_per_page = 100
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[LimitUse]:
-        return super().get_queryset(request).with_use(clock.now()).order_by("-in_use", "name")
+        rows = cast(LimitUseQuerySet, super().get_queryset(request))
+        return rows.with_use(clock.now()).order_by("-in_use", "name")
 
     @admin.display(description=_("in use"), ordering="in_use")
     def use(self, row: LimitUse) -> str:

@@ -14,7 +14,7 @@ from django_procedures.store.db import sql_list
 from django_procedures.store.kinds import VERSION_OK
 
 #: Due limited rows read, from the front of the queue, to find the names that are full now.
-SAMPLE = 1000
+SAMPLE = 100
 
 ELEMENTS = ("jsonb_array_elements(COALESCE(r.limits, '[]'::jsonb) "
             "|| COALESCE(%(queue_limits)s::jsonb -> r.queue, '[]'::jsonb))")
@@ -146,6 +146,24 @@ _FREE = """
     SELECT DISTINCT q FROM woken, jsonb_array_elements_text(woken.waiting) AS q
 """
 
+# The same for the lease a completion's statement closes (store.progress_sql): freed only if the fenced
+# update ("run") matched, and the queues woken by NOTIFY in that statement (``told`` is read by its SELECT).
+FREE_WITH_RUN = """, freed AS (
+    UPDATE {slot} SET holder_id = NULL, holder_token = NULL
+    WHERE holder_id = %(id)s AND holder_token = %(token)s AND EXISTS (SELECT FROM run)
+    RETURNING name
+), woken AS (
+    UPDATE {use} AS u SET waiting = '[]'::jsonb
+    FROM (SELECT name, waiting FROM {use}
+          WHERE name = ANY(ARRAY(SELECT name FROM freed)) AND waiting <> '[]'::jsonb AND waiting <> %(own)s::jsonb
+          ORDER BY name FOR UPDATE) AS noted
+    WHERE u.name = noted.name
+    RETURNING noted.waiting
+), told AS (
+    SELECT {tell} FROM (SELECT DISTINCT q FROM woken, jsonb_array_elements_text(woken.waiting) AS q
+                        WHERE q <> %(own_queue)s) AS w
+)"""
+
 # When idle: note the queues waiting for full concurrency names (a free wakes them), and say whether a due
 # limited row could be claimed now, and when the first full rate admits a claim again.
 _IDLE = """
@@ -211,6 +229,14 @@ def candidates(which: str, queues: bool) -> str:
 def idle(which: str, queues: bool) -> str:
     due = _due(which, queues)
     return _IDLE.format(full_names=_full_names(due), not_full=_NOT_FULL.format(elements=ELEMENTS), **_tables())
+
+
+@functools.cache
+def free_with_run(notify: bool) -> str:
+    """:data:`FREE_WITH_RUN` with the tables; ``notify``: send the NOTIFYs (someone LISTENs)."""
+    from django_procedures.store.notify import CHANNEL
+
+    return FREE_WITH_RUN.format(tell=f"pg_notify('{CHANNEL}', w.q)" if notify else "w.q", **_tables())
 
 
 @functools.cache

@@ -149,7 +149,7 @@ def _take(rows: list[tuple[uuid.UUID, list[Limit]]], wanted: int, now: datetime,
         for key, slot, pk in _make_slots(short, amounts, rows):
             pools[key].append(slot)
             taken.append(pk)
-    granted = []
+    granted: list[Granted] = []
     for pid, limits in rows:
         if len(granted) >= wanted:
             break

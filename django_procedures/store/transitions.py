@@ -26,7 +26,7 @@ from django_procedures.policy.status import LeaseOutcome, RunStatus, StepStatus
 from django_procedures.policy.text import clean_text
 from django_procedures.policy.tree_retry import collateral_reason
 from django_procedures.policy.waiting import WaitingFor
-from django_procedures.store import fence, progress_sql, tree
+from django_procedures.store import progress_sql, tree
 from django_procedures.store.claim import Claim
 from django_procedures.store.db import db_now, is_postgresql, sole_statement
 from django_procedures.store.events import send_after_commit
@@ -116,17 +116,15 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
     transaction and the finish hooks write nothing.
     """
     ending = Ending.of(claim)
-    alone = ends_transaction and not ending.hooks_write and not claim.limits
+    alone = ends_transaction and not ending.hooks_write
 
     def write() -> bool:
         if records and is_postgresql():
             with sole_statement(alone):
                 written = progress_sql.write_checkpoint(claim, records, state, "", complete=True, output=output,
                                                       progress=progress)
-            if not written:
+            if not written:  # (the statement closed the lease and freed its limit slots)
                 return False
-            if claim.limits:  # the statement closed the lease: its limit slots come back in this transaction
-                fence.free_slots([(claim.id, claim.lease_token)], own_queue=claim.queue)
         else:
             step, now = records[-1].index + 1 if records else claim.step, clock.now()
             if not held_row(claim).update(
