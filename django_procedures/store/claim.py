@@ -301,6 +301,10 @@ class DueTimes:
     run_at: datetime | None = None
     #: A sleeper's wake time: only when it has come is a wake pass (``store.timers.wake_due``) worth running.
     wake_at: datetime | None = None
+    #: A due procedure with limits none of which is full was left by the claim (another claim was taking its
+    #: slot or its row right then): it may be claimed now. Not in ``earliest``: the claims that raced for it,
+    #: or the worker whose lease just freed a slot, take it; an idle worker looks again at a short poll.
+    limited_ready: bool = False
 
     @property
     def earliest(self) -> datetime | None:
@@ -313,9 +317,9 @@ def due_times(*, type_names: Sequence[str], queues: Sequence[str] | None = None,
     :func:`claim`: a run of a newer version is not one), and the earliest ``wake_at`` of a sleeper (any queue or
     type: any worker's wake pass makes it ready).
 
-    A due procedure with limits is due now only while its limits are not full; over a full rate, it is due when
-    the rate admits a claim again; over a full concurrency limit, when a slot frees (the queues waiting are
-    noted here, and the lease ending wakes them: ``store.limits``).
+    A due procedure with limits is ``limited_ready`` while its limits are not full; over a full rate, it is due
+    when the rate admits a claim again; over a full concurrency limit, when a slot frees (the queues waiting
+    are noted here, and the lease ending wakes them: ``store.limits``).
     """
     if not type_names:
         return DueTimes()
@@ -336,14 +340,15 @@ def due_times(*, type_names: Sequence[str], queues: Sequence[str] | None = None,
             rows = rows.filter(queue__in=queues)
         run_at, wake_at = rows.aggregate(at=Min("run_at"))["at"], next_wake()
         waiting = flow.waiting_sqlite(kinds, queues, now)
-    return DueTimes(min(filter(None, (run_at, now if waiting.ready else None, waiting.rate_at)), default=None),
-                    wake_at)
+    return DueTimes(min(filter(None, (run_at, waiting.rate_at)), default=None), wake_at, waiting.ready)
 
 
 def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None,
              versions: Sequence[int] | None = None) -> datetime | None:
-    """The earlier of :func:`due_times`: when this worker next has something to do."""
-    return due_times(type_names=type_names, queues=queues, versions=versions).earliest
+    """The earlier of :func:`due_times`: when this worker next has something to do (now, if limited work
+    could be claimed now)."""
+    times = due_times(type_names=type_names, queues=queues, versions=versions)
+    return clock.now() if times.limited_ready else times.earliest
 
 
 # What due_times' ORM query asks, as a statement prepared once per connection; see _TYPE_IN: its cost follows

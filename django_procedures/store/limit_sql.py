@@ -47,27 +47,12 @@ _FULL_NAMES = """
 _NOT_FULL = """NOT EXISTS (SELECT FROM {elements} AS e JOIN full_ AS f
                     ON f.name = e->>0 AND f.rate = (e->>1 = 'rate') AND f.amount = (e->>2)::integer)"""
 
-# Due limited rows in claim order, locked, past rows whose limits are full. When every row of a sample that
-# holds the whole backlog is over a full limit, the scan is skipped (a one-time filter).
-_CANDIDATES = """
-    WITH {full_names}
-    SELECT r.id, r.limits, r.queue FROM {run} AS r
-    WHERE {due} AND NOT r.id = ANY(%(skip)s::uuid[]) AND {not_full}
-      AND ((SELECT count(*) FROM sample) >= {sample}
-           OR EXISTS (SELECT FROM sample AS r WHERE {not_full}))
-    ORDER BY priority DESC, run_at
-    LIMIT %(limit)s
-    FOR UPDATE OF r SKIP LOCKED
-"""
-
-# Free slots of each wanted name, locked; a slot another transaction holds locked (taking it, or freeing it)
-# is passed by, never waited for; one this claim took already (``taken``, still free until the lease statement
-# writes it) is not taken twice.
-_TAKE = """
+# Free slots of each wanted name (``w``), locked; a slot another transaction holds locked (taking it, or
+# freeing it) is passed by, never waited for; one this claim took already (``taken``, still free until the
+# lease statement writes it) is not taken twice.
+_TAKE_FROM = """
     SELECT w.name, w.rate, t.slot, t.id
-    FROM unnest(%(names)s::text[], %(rates)s::boolean[], %(amounts)s::integer[], %(wants)s::integer[])
-        AS w(name, rate, amount, want)
-    CROSS JOIN LATERAL (
+    FROM {wanted} CROSS JOIN LATERAL (
         SELECT s.slot, s.id FROM {slot} AS s
         WHERE s.name = w.name AND NOT w.rate AND NOT s.rate AND s.holder_id IS NULL AND s.slot < w.amount
           AND NOT s.id = ANY(%(taken)s::bigint[])
@@ -75,14 +60,37 @@ _TAKE = """
     ) AS t
     UNION ALL
     SELECT w.name, w.rate, t.slot, t.id
-    FROM unnest(%(names)s::text[], %(rates)s::boolean[], %(amounts)s::integer[], %(wants)s::integer[])
-        AS w(name, rate, amount, want)
-    CROSS JOIN LATERAL (
+    FROM {wanted} CROSS JOIN LATERAL (
         SELECT s.slot, s.id FROM {slot} AS s
         WHERE s.name = w.name AND w.rate AND s.rate AND s.free_at <= %(now)s AND s.slot < w.amount
           AND NOT s.id = ANY(%(taken)s::bigint[])
         ORDER BY s.free_at LIMIT w.want FOR UPDATE SKIP LOCKED
     ) AS t
+"""
+_TAKE = _TAKE_FROM.replace("{wanted}", "unnest(%(names)s::text[], %(rates)s::boolean[], %(amounts)s::integer[], "
+                                       "%(wants)s::integer[]) AS w(name, rate, amount, want)")
+
+# Due limited rows in claim order, locked, past rows whose limits are full (when every row of a sample that
+# holds the whole backlog is over a full limit, the scan is skipped: a one-time filter); and, in the same
+# statement, free slots for them: of each name as many as rows want it, up to the claim's ``wanted``.
+_CANDIDATES = """
+    WITH {full_names}, picked AS MATERIALIZED (
+        SELECT r.id, r.limits, r.queue, r.priority, r.run_at FROM {run} AS r
+        WHERE {due} AND NOT r.id = ANY(%(skip)s::uuid[]) AND {not_full}
+          AND ((SELECT count(*) FROM sample) >= {sample}
+               OR EXISTS (SELECT FROM sample AS r WHERE {not_full}))
+        ORDER BY priority DESC, run_at
+        LIMIT %(limit)s
+        FOR UPDATE OF r SKIP LOCKED
+    ), wants AS MATERIALIZED (
+        SELECT e->>0 AS name, e->>1 = 'rate' AS rate, min((e->>2)::integer) AS amount,
+               LEAST(count(*), %(wanted)s)::integer AS want
+        FROM picked AS r, {elements} AS e GROUP BY 1, 2
+    ), took AS MATERIALIZED ({take})
+    SELECT r.id, r.limits, r.queue, r.priority, r.run_at, NULL::text, NULL::boolean, NULL::integer, NULL::bigint
+    FROM picked AS r
+    UNION ALL
+    SELECT NULL, NULL, NULL, NULL, NULL, t.name, t.rate, t.slot, t.id FROM took AS t
 """
 
 # Slots a name lacks, below its limit: numbers from 0 not taken yet (a gap the sweep left while deleting is
@@ -221,8 +229,10 @@ def _full_names(due: str) -> str:
 @functools.cache
 def candidates(which: str, queues: bool) -> str:
     due = _due(which, queues)
-    return _CANDIDATES.format(full_names=_full_names(due), due=due, sample=SAMPLE,
-                              not_full=_NOT_FULL.format(elements=ELEMENTS), **_tables())
+    tables = _tables()
+    return _CANDIDATES.format(full_names=_full_names(due), due=due, sample=SAMPLE, elements=ELEMENTS,
+                              not_full=_NOT_FULL.format(elements=ELEMENTS),
+                              take=_TAKE_FROM.format(wanted="wants AS w", slot=tables["slot"]), **tables)
 
 
 @functools.cache

@@ -94,43 +94,59 @@ def grant_due(*, kinds: Kinds, queues: Sequence[str] | None, limit: int, now: da
             wanted = limit - len(granted)
             if wanted <= 0:
                 return granted
-            rows = _candidates(which, kinds, queues, by_queue, now, skip, min(SCAN, 2 * wanted + 2))
+            rows, pools = _candidates(which, kinds, queues, by_queue, now, skip, min(SCAN, 2 * wanted + 2),
+                                      wanted, taken)
             skip += [pid for pid, _ in rows]
-            granted += _take(rows, wanted, now, taken)
+            granted += _take(rows, wanted, now, taken, pools)
             if len(rows) < min(SCAN, 2 * wanted + 2):
                 break
     return granted
 
 
+Rows = list[tuple[uuid.UUID, list[Limit]]]
+
+
 def _candidates(which: str, kinds: Kinds, queues: Sequence[str] | None, by_queue: dict[str, list[Limit]],
-                now: datetime, skip: list[uuid.UUID], n: int) -> list[tuple[uuid.UUID, list[Limit]]]:
-    """Due limited rows in claim order, locked, with the limits each takes (its own, then its queue's)."""
+                now: datetime, skip: list[uuid.UUID], n: int, wanted: int,
+                taken: list[int]) -> tuple[Rows, dict[Key, list[int]] | None]:
+    """Due limited rows in claim order, locked, with the limits each takes (its own, then its queue's); on
+    PostgreSQL with the free slots taken for them by the same statement (None: not taken yet)."""
     if is_postgresql():
         with bound_cursor() as cursor:
             cursor.execute(limit_sql.candidates(which, bool(queues)), {
                 "now": now, **kinds.params(), "queues": text_array(queues or ()), "skip": skip, "limit": n,
-                "queue_limits": _queue_limits_json(by_queue), "limited_queues": text_array(sorted(by_queue))})
+                "queue_limits": _queue_limits_json(by_queue), "limited_queues": text_array(sorted(by_queue)),
+                "wanted": wanted, "taken": taken})
             found = cursor.fetchall()
-    else:
-        due = (ProcedureRun._writer.claimable(now).filter(kinds.q(), waiting_for_keys=False)
-               .filter(Q(keys_held=True) | Q(lock_keys=[])).exclude(id__in=skip))
-        due = due.filter(limits__isnull=False) if which == limit_sql.OWN else due.filter(
-            limits__isnull=True, queue__in=list(by_queue))
-        if queues:
-            due = due.filter(queue__in=queues)
-        full: dict[Limit, bool] = {}  # rows over a full limit are passed by, as PostgreSQL's statement does
-        rows = []
-        for pid, stored, queue in due.values_list("id", "limits", "queue")[:limit_sql.SAMPLE]:
-            limits = _parsed(pid, stored) + by_queue.get(queue, [])
-            if not any(full.setdefault(lim, _full(lim, now)) for lim in limits):
-                rows.append((pid, limits))
-            if len(rows) >= n:
-                break
-        return rows
-    return [(pid, _parsed(pid, stored) + by_queue.get(queue, [])) for pid, stored, queue in found]
+        pools: dict[Key, list[int]] = defaultdict(list)
+        picked = []
+        for pid, stored, queue, priority, run_at, name, rate, slot, pk in found:
+            if pid is None:
+                pools[(name, rate)].append(slot)
+                taken.append(pk)
+            else:
+                picked.append((-priority, run_at, pid, stored, queue))
+        picked.sort(key=lambda p: (p[0], p[1]))
+        return [(pid, _parsed(pid, stored) + by_queue.get(queue, [])) for _, _, pid, stored, queue in picked], pools
+    due = (ProcedureRun._writer.claimable(now).filter(kinds.q(), waiting_for_keys=False)
+           .filter(Q(keys_held=True) | Q(lock_keys=[])).exclude(id__in=skip))
+    due = due.filter(limits__isnull=False) if which == limit_sql.OWN else due.filter(
+        limits__isnull=True, queue__in=list(by_queue))
+    if queues:
+        due = due.filter(queue__in=queues)
+    full: dict[Limit, bool] = {}  # rows over a full limit are passed by, as PostgreSQL's statement does
+    rows = []
+    for pid, stored, queue in due.values_list("id", "limits", "queue").iterator():
+        limits = _parsed(pid, stored) + by_queue.get(queue, [])
+        if not any(full.setdefault(lim, _full(lim, now)) for lim in limits):
+            rows.append((pid, limits))
+        if len(rows) >= n:
+            break
+    return rows, None
 
 
-def _take(rows: list[tuple[uuid.UUID, list[Limit]]], wanted: int, now: datetime, taken: list[int]) -> list[Granted]:
+def _take(rows: Rows, wanted: int, now: datetime, taken: list[int],
+          pools: dict[Key, list[int]] | None) -> list[Granted]:
     """Take slots for ``rows`` (in claim order) and hand them out: each row gets one of every limit it has, or
     none and is passed by. At most ``wanted`` rows are granted."""
     demand: Counter[Key] = Counter()
@@ -143,7 +159,8 @@ def _take(rows: list[tuple[uuid.UUID, list[Limit]]], wanted: int, now: datetime,
     if not demand:
         return [Granted(pid, []) for pid, _ in rows[:wanted]]
     wants = {key: min(n, wanted) for key, n in demand.items()}
-    pools = _free_slots(wants, amounts, now, taken)
+    if pools is None:
+        pools = _free_slots(wants, amounts, now, taken)
     short = {key: n - len(pools[key]) for key, n in wants.items() if len(pools[key]) < n}
     if short:
         for key, slot, pk in _make_slots(short, amounts, rows):

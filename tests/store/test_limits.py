@@ -285,7 +285,8 @@ def test_the_fast_path_and_the_limited_pass_each_can_read_their_own_partial_inde
     kinds = Kinds.of(TYPES)
     fast = claims._PG_DUE.format(run=ProcedureRun._meta.db_table, queue_filter="")
     limited = limit_sql.candidates(limit_sql.OWN, False)
-    params = {"now": timezone.now(), **kinds.params(), "limit": 5, "skip": [], "queue_limits": "{}",
+    params = {"now": timezone.now(), **kinds.params(), "limit": 5, "skip": [], "queue_limits": "{}", "wanted": 1,
+              "taken": [],
               "limited_queues": text_array(())}
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
@@ -325,9 +326,10 @@ def test_a_free_limited_row_is_due_now_so_burst_workers_and_drain_keep_going():
     Limited.submit({"concurrency": [["crm", 2]]})
     Limited.submit({"concurrency": [["crm", 2]]})
     take()
-    assert due_times(type_names=TYPES).run_at is not None  # one slot is free: due now
+    assert due_times(type_names=TYPES).limited_ready  # one slot is free: a burst worker stays, drain looks again
     take()
-    assert due_times(type_names=TYPES).run_at is None  # full: a slot freeing wakes the idle
+    times = due_times(type_names=TYPES)
+    assert (times.run_at, times.limited_ready) == (None, False)  # full: a slot freeing wakes the idle
 
 
 def test_the_sweep_keeps_the_slots_of_names_held_and_deletes_idle_ones():
