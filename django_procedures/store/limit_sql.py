@@ -208,7 +208,7 @@ _TIDY = """
     ), gone AS (
         DELETE FROM {slot} WHERE id IN (SELECT l.id FROM locked AS l JOIN whole AS w ON w.name = l.name)
     )
-    DELETE FROM {use} WHERE name IN (SELECT name FROM whole)
+    DELETE FROM {use} WHERE name IN (SELECT name FROM whole) RETURNING name
 """
 
 

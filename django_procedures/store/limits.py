@@ -368,7 +368,7 @@ def tidy(now: datetime) -> int:
     if is_postgresql():
         with bound_cursor() as cursor:
             cursor.execute(limit_sql.statement("tidy"), {"now": now})
-            return cursor.rowcount if hasattr(cursor, "rowcount") else 0
+            return len(cursor.fetchall())
     busy = LimitSlot._writer.filter(Q(holder_id__isnull=False) | Q(free_at__gt=now)).values("name")
     idle = list(LimitUse._writer.exclude(name__in=busy).values_list("name", flat=True)[:500])
     LimitSlot._writer.filter(name__in=idle).delete()

@@ -373,3 +373,11 @@ def test_a_slot_another_transaction_has_locked_is_passed_by_without_waiting():
         assert take() == []
         other.rollback()
     assert len(take()) == 1
+
+
+def test_the_sweep_says_how_many_names_it_deleted():
+    for c in range(3):
+        Limited.submit({"customer": c, "concurrency": [["customer:{customer}", 1]]})
+    drain()
+    assert flow.tidy(timezone.now()) == 3
+    assert flow.tidy(timezone.now()) == 0
