@@ -58,9 +58,7 @@ def _drain_idle(ctx: Context, label: str, cls: type) -> dict[str, float]:
     """``limits_drain`` runs of ``cls`` submitted at once to 2 idle long-running workers: procedures/s from the
     first claim to the last finish, and CPU per procedure of the workers and their PostgreSQL backends.
 
-    Not burst workers: a claim that finds the limit's name being decided by the other worker's claim passes its
-    rows by, and a burst worker that then sees nothing due exits with them still ready (reported with the
-    benchmark's figures); a long-running worker claims them at its next wake-up.
+    Long-running workers, as in the other parts: the figure is the claim path's, not a burst worker's exit.
     """
     from django.db import connection
 

@@ -153,9 +153,10 @@ def limits_full(rows: Sequence[ProcedureRun]) -> dict[uuid.UUID, tuple[str, ...]
     if not wanted:
         return {}
     names = {limit.name for limits in wanted.values() for limit in limits}
-    uses = {name: Use(in_use, tuple(times or ())) for name, in_use, times in
-            LimitUse.objects.filter(name__in=names).values_list("name", "in_use", "times")}
-    now = clock.now().timestamp()
+    at = clock.now()
+    now = at.timestamp()
+    uses = {name: Use.counted(in_use, recent, now) for name, in_use, recent in
+            LimitUse.objects.filter(name__in=names).with_use(at).values_list("name", "in_use", "recent")}
     found = {}
     for pid, limits in wanted.items():
         full = tuple(text for limit in limits if (text := admits([limit], uses, now)))

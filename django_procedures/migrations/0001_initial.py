@@ -304,17 +304,31 @@ class Migration(migrations.Migration):
             name='LimitUse',
             fields=[
                 ('name', models.CharField(max_length=200, primary_key=True, serialize=False)),
-                ('in_use', models.PositiveIntegerField(db_default=0, default=0)),
                 ('max', models.PositiveIntegerField(blank=True, null=True)),
-                ('times', models.JSONField(blank=True, default=list)),
                 ('per', models.FloatField(blank=True, null=True)),
                 ('waiting', models.JSONField(blank=True, default=list)),
-                ('next_at', models.DateTimeField(blank=True, null=True)),
             ],
             options={
                 'verbose_name': 'limit',
                 'verbose_name_plural': 'limits',
                 'ordering': ['name'],
+            },
+        ),
+        migrations.CreateModel(
+            name='LimitSlot',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('name', models.CharField(max_length=200)),
+                ('rate', models.BooleanField(default=False)),
+                ('slot', models.PositiveIntegerField()),
+                ('holder_id', models.UUIDField(blank=True, null=True)),
+                ('holder_token', models.BigIntegerField(blank=True, null=True)),
+                ('free_at', models.DateTimeField(blank=True, null=True)),
+            ],
+            options={
+                'ordering': ['name', 'rate', 'slot'],
+                'indexes': [models.Index(condition=models.Q(('holder_id__isnull', True), ('rate', False)), fields=['name', 'slot'], name='procedures_limit_free_idx'), models.Index(condition=models.Q(('rate', True)), fields=['name', 'free_at'], name='procedures_limit_rate_idx'), models.Index(condition=models.Q(('holder_id__isnull', False)), fields=['holder_id'], name='procedures_limit_holder_idx')],
+                'constraints': [models.UniqueConstraint(fields=('name', 'rate', 'slot'), name='procedures_limit_slot')],
             },
         ),
         migrations.CreateModel(

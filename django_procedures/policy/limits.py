@@ -2,13 +2,13 @@
 
 A run's limits are stored on its row as plain data (``[[name, kind, amount, per_seconds], ...]``, sorted),
 computed by the procedure side from the user's ``limits()``; queue limits come from
-``PROCEDURES["QUEUES"]`` and are added at claim time. The store keeps one row per limit name in use
-(``store.limits``); this module decides, from that row's values, whether one more claim fits.
+``PROCEDURES["QUEUES"]`` and are added at claim time. The store takes them as slot rows (``store.limits``);
+this module is the rule those rows follow, as pure functions: whether one more claim fits a name's use.
 
-Rate limits are a sliding-window log: a name's row keeps the times of its last ``count`` claims, and a claim
-is admitted while fewer than ``count`` of them fall in the last ``per`` seconds. Exact (never more than
-``count`` claims in any window of ``per`` seconds) and bursty: after a rest, ``count`` claims go at once.
-It costs ``count`` timestamps per rate name, hence :data:`MAX_RATE_COUNT`.
+Rate limits are a sliding-window log: a claim is admitted while fewer than ``count`` claims fall in the last
+``per`` seconds. Exact (never more than ``count`` claims in any window of ``per`` seconds) and bursty: after a
+rest, ``count`` claims go at once. The store keeps it as ``count`` slots, each free again ``per`` after the
+claim that took it, hence :data:`MAX_RATE_COUNT`.
 """
 
 from __future__ import annotations
@@ -174,6 +174,11 @@ class Use:
     in_use: int = 0
     #: Epoch seconds of the last claims under a rate of this name, oldest first.
     times: tuple[float, ...] = ()
+
+    @classmethod
+    def counted(cls, in_use: int, recent: int, now: float) -> Use:
+        """A use read as counts: ``recent`` claims inside the rate's window (stamped ``now``: still in it)."""
+        return cls(in_use, (now,) * recent)
 
 
 def admits(limits: Iterable[Limit], uses: Mapping[str, Use], now: float) -> str | None:

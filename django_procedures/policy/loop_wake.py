@@ -58,3 +58,9 @@ def claim_for_loop(*, last_claim_short: bool, something_new: bool, recheck_passe
     ``POLL_SECONDS``: how a worker without LISTEN finds new work) has passed.
     """
     return not last_claim_short or something_new or recheck_passed
+
+
+#: How soon an idle worker claims again when a due procedure's limits have room but its claim got none (another
+#: claim was taking that slot or row right then): not at once, which would spin every idle worker of a busy
+#: limit against the one whose lease freed the slot (it claims again by itself), yet well before a poll.
+LIMITED_POLL_SECONDS = 0.25

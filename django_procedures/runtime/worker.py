@@ -16,6 +16,7 @@ from django.db.backends.signals import connection_created
 from django_procedures import clock, registry
 from django_procedures.exceptions import ProceduresNotMigrated
 from django_procedures.policy.health import longest_sleep
+from django_procedures.policy.loop_wake import LIMITED_POLL_SECONDS
 from django_procedures.policy.worker_config import WorkerConfig
 from django_procedures.policy.workers import StopReason, stop_reason
 from django_procedures.runtime import observe, reporting, retention, tracing
@@ -281,13 +282,14 @@ class WorkerRuntime:
                     self.loop_claims.recheck(due)
                 if self.config.with_scheduler:  # a tick due soon starts work too
                     due = min((at for at in (due, next_tick_due()) if at is not None), default=None)
-                if self.config.burst and not self.held.total and not self._due_soon(due):
+                if self.config.burst and not self.held.total and not self._due_soon(due) and not times.limited_ready:
                     logger.info("worker %s: nothing due within %gs; --burst exits", self.id,
                                 self.config.burst_wait_seconds)
                     self._stop_reason = "burst"
                     return
                 backoff = 0.0
-                self.waker.wait(min(longest, self._idle_timeout(due, next_chore)))
+                idle = self._idle_timeout(due, next_chore)
+                self.waker.wait(min(longest, idle, LIMITED_POLL_SECONDS if times.limited_ready else idle))
             except ProceduresNotMigrated:
                 raise  # no tables: nothing to wait for; the command says to migrate
             except Exception as error:  # database gone: reconnect with backoff, log once per outage

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from django_procedures import clock, signals
-from django_procedures.models import Lease, LimitUse, ProcedureRun, Schedule
+from django_procedures.models import Lease, ProcedureRun, Schedule
 from django_procedures.policy.schedule_args import MAX_DURATION
 from django_procedures.policy.status import CLAIMABLE, RunStatus
 from django_procedures.store.db import bound_cursor, db_now_plus, is_postgresql, sql_list, text_array
@@ -120,9 +121,10 @@ WITH picked AS ({{picked}}), claimed AS (
     FROM picked WHERE r.id = picked.id
     RETURNING r.*
 ), leases AS (
-    INSERT INTO {{lease}} (procedure_id, token, worker, claimed_at, expires_at, outcome)
-    SELECT id, lease_token, %(worker)s, clock_timestamp(), lease_expires_at, '' FROM claimed
-)
+    INSERT INTO {{lease}} (procedure_id, token, worker, claimed_at, expires_at, outcome{{lease_columns}})
+    SELECT id, lease_token, %(worker)s, clock_timestamp(), lease_expires_at, ''{{lease_values}}
+    FROM claimed{{lease_join}}
+){{held}}
 SELECT {{fields}}, CASE WHEN s.max_run_time IS NOT NULL  -- (LEAST ignores a NULL)
     THEN GREATEST(claimed.started_at, claimed.retried_at) + LEAST(s.max_run_time, interval '{{longest}} days') END
 FROM claimed LEFT JOIN {{schedule}} AS s ON s.id = claimed.schedule_id
@@ -212,11 +214,15 @@ def _lease_limited(worker: str, kinds: Kinds, queues: Sequence[str] | None, limi
     granted = flow.grant_due(kinds=kinds, queues=queues, limit=limit, now=now)
     if not granted:
         return []
-    claims = _lease(worker, [g.id for g in granted], lease_seconds, now)
+    ids = [g.id for g in granted]
+    if is_postgresql():  # the slots are written by the statement that writes the leases holding them
+        claims = _run_pg(_PG_GRANTED, worker, lease_seconds, now, _hold=True, ids=ids, **flow.hold_params(granted))
+    else:
+        claims = _lease(worker, ids, lease_seconds, now)
+        flow.hold(granted, {c.id: c.lease_token for c in claims}, now)
     held = {g.id: g.held for g in granted}
     for c in claims:
         c.limits = held[c.id]
-    flow.hold((c.id, c.lease_token, c.limits) for c in claims)
     return claims
 
 
@@ -261,10 +267,20 @@ def _lease(worker: str, ids: list[uuid.UUID], lease_seconds: float, now: datetim
                   worker=worker) for pid in ids]
 
 
-def _run_pg(picked: str, worker: str, lease_seconds: float, now: datetime, **params: Any) -> list[Claim]:
-    sql = _PG_CLAIM.format(picked=picked, run=ProcedureRun._meta.db_table, lease=Lease._meta.db_table,
-                           schedule=Schedule._meta.db_table, longest=MAX_DURATION.days,
-                           fields=", ".join(f"claimed.{f}" for f in _FIELDS))
+@functools.cache
+def _pg_claim(picked: str, hold: bool) -> str:
+    from django_procedures.store import limit_sql
+
+    columns, values, join = limit_sql.LEASE_LIMITS if hold else ("", "", "")
+    return _PG_CLAIM.format(picked=picked, run=ProcedureRun._meta.db_table, lease=Lease._meta.db_table,
+                            schedule=Schedule._meta.db_table, longest=MAX_DURATION.days,
+                            fields=", ".join(f"claimed.{f}" for f in _FIELDS), lease_columns=columns,
+                            lease_values=values, lease_join=join, held=limit_sql.statement("hold") if hold else "")
+
+
+def _run_pg(picked: str, worker: str, lease_seconds: float, now: datetime, _hold: bool = False,
+            **params: Any) -> list[Claim]:
+    sql = _pg_claim(picked, _hold)
     with bound_cursor() as cursor:
         cursor.execute(sql, {"now": now, "worker": worker, "lease": float(lease_seconds), **params})
         rows = cursor.fetchall()
@@ -285,6 +301,10 @@ class DueTimes:
     run_at: datetime | None = None
     #: A sleeper's wake time: only when it has come is a wake pass (``store.timers.wake_due``) worth running.
     wake_at: datetime | None = None
+    #: A due procedure with limits none of which is full was left by the claim (another claim was taking its
+    #: slot or its row right then): it may be claimed now. Not in ``earliest``: the claims that raced for it,
+    #: or the worker whose lease just freed a slot, take it; an idle worker looks again at a short poll.
+    limited_ready: bool = False
 
     @property
     def earliest(self) -> datetime | None:
@@ -295,37 +315,47 @@ def due_times(*, type_names: Sequence[str], queues: Sequence[str] | None = None,
               versions: Sequence[int] | None = None) -> DueTimes:
     """The earliest ``run_at`` of a ready or retrying procedure this worker could claim (``versions`` as for
     :func:`claim`: a run of a newer version is not one), and the earliest ``wake_at`` of a sleeper (any queue or
-    type: any worker's wake pass makes it ready)."""
+    type: any worker's wake pass makes it ready).
+
+    A due procedure with limits is ``limited_ready`` while its limits are not full; over a full rate, it is due
+    when the rate admits a claim again; over a full concurrency limit, when a slot frees (the queues waiting
+    are noted here, and the lease ending wakes them: ``store.limits``).
+    """
     if not type_names:
         return DueTimes()
-    from django_procedures.store.limits import configured_queue_limits
+    from django_procedures.store import limits as flow
 
     kinds = Kinds.of(type_names, versions)
-    limited_queues = list(configured_queue_limits())
-    if is_postgresql():  # after every claim that got fewer than it asked for: the ORM cost more than the query
-        return _pg_due_times(kinds, queues, limited_queues)
-    from django_procedures.store.timers import next_wake
-
+    limited_queues = list(flow.configured_queue_limits())
     now = clock.now()
-    rows = ProcedureRun._writer.pending().filter(kinds.q(), waiting_for_keys=False).filter(
-        (Q(limits__isnull=True) & ~Q(queue__in=limited_queues)) | Q(run_at__gt=now))
-    if queues:
-        rows = rows.filter(queue__in=queues)
-    rate = LimitUse._writer.filter(next_at__gt=now).aggregate(at=Min("next_at"))["at"]
-    return DueTimes(min(filter(None, (rows.aggregate(at=Min("run_at"))["at"], rate)), default=None), next_wake())
+    if is_postgresql():  # after every claim that got fewer than it asked for: the ORM cost more than the query
+        run_at, wake_at, limited_due = _pg_due_times(kinds, queues, limited_queues, now)
+        waiting = flow.waiting(kinds, queues, now) if limited_due else flow.Waiting()
+    else:
+        from django_procedures.store.timers import next_wake
+
+        rows = ProcedureRun._writer.pending().filter(kinds.q(), waiting_for_keys=False).filter(
+            (Q(limits__isnull=True) & ~Q(queue__in=limited_queues)) | Q(run_at__gt=now))
+        if queues:
+            rows = rows.filter(queue__in=queues)
+        run_at, wake_at = rows.aggregate(at=Min("run_at"))["at"], next_wake()
+        waiting = flow.waiting_sqlite(kinds, queues, now)
+    return DueTimes(min(filter(None, (run_at, waiting.rate_at)), default=None), wake_at, waiting.ready)
 
 
 def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None,
              versions: Sequence[int] | None = None) -> datetime | None:
-    """The earlier of :func:`due_times`: when this worker next has something to do."""
-    return due_times(type_names=type_names, queues=queues, versions=versions).earliest
+    """The earlier of :func:`due_times`: when this worker next has something to do (now, if limited work
+    could be claimed now)."""
+    times = due_times(type_names=type_names, queues=queues, versions=versions)
+    return clock.now() if times.limited_ready else times.earliest
 
 
 # What due_times' ORM query asks, as a statement prepared once per connection; see _TYPE_IN: its cost follows
 # the backlog, not the history. Ordered and limited rather than min(): with the version filter the planner no
 # longer turned min() into reading procedures_due_idx up to the first match, but scanned every pending row.
-# A run with limits that is due already is not "due" here: it is over its limit (else the claim took it), and
-# a slot freeing NOTIFYs; a full rate says when it next admits one (procedures_limit.next_at).
+# A run with limits that is due already is left to store.limits.waiting (only when there is one: the third
+# column, from procedures_limited_claim_idx, or the claim index for a queue with limits).
 _PG_DUE_TIMES = f"""
     SELECT (
         SELECT run_at FROM {{run}}
@@ -334,23 +364,27 @@ _PG_DUE_TIMES = f"""
         ORDER BY run_at LIMIT 1
     ), (  -- procedures_wake_idx
         SELECT min(wake_at) FROM {{run}} WHERE status = '{RunStatus.WAITING}' AND wake_at IS NOT NULL
-    ), (
-        SELECT min(next_at) FROM {{limit}} WHERE next_at > %(now)s
+    ), EXISTS (
+        SELECT FROM {{run}}
+        WHERE status IN ({sql_list(CLAIMABLE)}) AND run_at <= %(now)s AND NOT waiting_for_keys AND {_TYPE_IN}
+          {{queue_filter}} AND ({{limited}})
     )
 """
 
 
-def _pg_due_times(kinds: Kinds, queues: Sequence[str] | None, limited_queues: Sequence[str]) -> DueTimes:
+def _pg_due_times(kinds: Kinds, queues: Sequence[str] | None, limited_queues: Sequence[str],
+                  now: datetime) -> tuple[datetime | None, datetime | None, bool]:
     sql = _PG_DUE_TIMES.format(run=ProcedureRun._meta.db_table, queue_filter=_QUEUE_IN if queues else "",
-                               limit=LimitUse._meta.db_table,
-                               not_limited_queue=_NOT_LIMITED_QUEUE if limited_queues else "")
+                               not_limited_queue=_NOT_LIMITED_QUEUE if limited_queues else "",
+                               limited="limits IS NOT NULL" + (" OR queue = ANY(%(limited_queues)s::text[])"
+                                                               if limited_queues else ""))
     with bound_cursor() as cursor:
-        cursor.execute(sql, {**kinds.params(), "queues": text_array(queues or ()), "now": clock.now(),
+        cursor.execute(sql, {**kinds.params(), "queues": text_array(queues or ()), "now": now,
                              "limited_queues": text_array(limited_queues)})
         row = cursor.fetchone()
     if not row:
-        return DueTimes()
-    return DueTimes(min(filter(None, (row[0], row[2])), default=None), row[1])
+        return None, None, False
+    return row[0], row[1], bool(row[2])
 
 
 def unknown_types(type_names: Sequence[str]) -> dict[str, int]:

@@ -6,7 +6,6 @@ re-reads a claim after a lost connection; :func:`close_lease` ends a ``Lease`` r
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -93,36 +92,39 @@ def reload(claim: Claim) -> Reloaded:
 _PG_CLOSE = """
     UPDATE {lease} SET released_at = clock_timestamp(), outcome = %s
     WHERE procedure_id = %s AND token = %s AND released_at IS NULL
-    RETURNING limits
+    RETURNING limits IS NOT NULL
 """
 
+#: Outcomes after which the worker that held the lease claims again at once (it is not stopping): a slot its
+#: lease frees is its own to take, so the queue it claims from is not woken for it (``store.limits.free``).
+_CLAIMS_AGAIN = frozenset({LeaseOutcome.COMPLETED, LeaseOutcome.RETRIED, LeaseOutcome.FAILED})
 
-def close_lease(procedure_id: Any, token: int, outcome: LeaseOutcome) -> None:
+
+def close_lease(procedure_id: Any, token: int, outcome: LeaseOutcome, *, queue: str | None = None) -> None:
     """End the lease ``(procedure_id, token)`` with ``outcome``; the limit slots it held are freed in the same
-    transaction (``store.limits``), once: only by the statement that closed it."""
+    transaction (``store.limits``), once: only by the statement that closed it. ``queue``: the procedure's."""
     if is_postgresql():  # one statement, as before limits: the lease's slots come back with it
         with bound_cursor() as cursor:
             cursor.execute(_PG_CLOSE.format(lease=Lease._meta.db_table), (outcome.value, procedure_id, token))
-            held = [names for (names,) in cursor.fetchall() if names]
+            held = any(row[0] for row in cursor.fetchall())
     else:
         rows = Lease._writer.filter(procedure_id=procedure_id, token=token, released_at__isnull=True)
-        held = [names for names in rows.values_list("limits", flat=True) if names]
+        held = rows.filter(limits__isnull=False).exists()
         rows.update(released_at=db_now(), outcome=outcome)
     if held:
-        free_slots(held)
+        free_slots([(procedure_id, token)], own_queue=queue if outcome in _CLAIMS_AGAIN else None)
 
 
 def close_leases(procedure_ids: Sequence[Any], outcome: LeaseOutcome) -> None:
     """End every open lease of ``procedure_ids`` (a cancelled subtree), freeing their limit slots."""
     rows = Lease._writer.filter(procedure_id__in=procedure_ids, released_at__isnull=True)
-    held = [names for names in rows.filter(limits__isnull=False).values_list("limits", flat=True) if names]
+    held = list(rows.filter(limits__isnull=False).values_list("procedure_id", "token"))
     rows.update(released_at=db_now(), outcome=outcome)
-    if held:
-        free_slots(held)
+    free_slots(held)
 
 
-def free_slots(held: Sequence[Any]) -> None:
+def free_slots(leases: Sequence[tuple[Any, int]], *, own_queue: str | None = None) -> None:
+    """Give back the limit slots the ended leases ``(procedure_id, token)`` held (see ``store.limits.free``)."""
     from django_procedures.store import limits
 
-    for names in held:
-        limits.free(json.loads(names) if isinstance(names, str) else names)
+    limits.free(leases, own_queue=own_queue)

@@ -164,7 +164,7 @@ def wait(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], nex
             fenced_update(claim, status=RunStatus.WAITING, waiting_for=WaitingFor.EVENT, waiting_events=list(names),
                           wake_at=wake_at, run_at=wake_at or now, **common)
         Step._writer.bulk_create(_done_rows(claim, records, state))
-        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED, queue=claim.queue)
         notify([claim.queue])  # ready now, or a new timeout idle workers must read
     _committed(claim, records)
 

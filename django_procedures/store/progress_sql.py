@@ -20,6 +20,7 @@ from django_procedures import clock
 from django_procedures.models import Lease, ProcedureRun, Step
 from django_procedures.policy.status import LEASED, LeaseOutcome, RunStatus, StepStatus
 from django_procedures.store.db import bound_cursor, sql_list
+from django_procedures.store.listening import listens
 
 if TYPE_CHECKING:
     from django.db.models import Field
@@ -46,8 +47,8 @@ WITH run AS (
     SELECT run.id, s.index, s.name, s.attempt, '{StepStatus.DONE}', %(token)s, s.started_at, s.finished_at, '',
            CASE WHEN s.index = %(step)s - 1 THEN run.state END
     FROM run, (VALUES {{values}}) AS s(index, name, attempt, started_at, finished_at)
-){{lease}}
-SELECT count(*) FROM run
+){{lease}}{{free}}
+SELECT count(*){{told}} FROM run
 """
 _CHECKPOINT_SETS = "step_started_at = %(now)s"
 _COMPLETE_SETS = (f"status = '{RunStatus.DONE}', output = %(output)s, finished_at = %(now)s, error = '', "
@@ -65,15 +66,20 @@ _CLOSE_LEASE = f""", lease AS (
 
 
 @functools.lru_cache(maxsize=64)
-def _statement(complete: bool, steps: int, progress: bool, version: bool = False, limits: bool = False) -> str:
+def _statement(complete: bool, steps: int, progress: bool, version: bool = False, limits: bool = False,
+               free: bool = False, notify: bool = False) -> str:
     """The statement for ``steps`` Step rows (one per step run since the last checkpoint; mostly one), and with
-    ``progress`` the run's progress report too, with ``version`` the run's new version."""
+    ``progress`` the run's progress report too, with ``version`` the run's new version; with ``free`` the limit
+    slots of the lease it closes come back (``store.limits``), NOTIFYing the queues waiting if ``notify``."""
+    from django_procedures.store import limit_sql
+
     values = ", ".join(f"(%(index{i})s::integer, %(name{i})s::text, %(attempt{i})s::integer, "
                        f"%(started{i})s::timestamptz, %(finished{i})s::timestamptz)" for i in range(steps))
     sets = ((_COMPLETE_SETS if complete else _CHECKPOINT_SETS) + (_PROGRESS_SETS if progress else "")
             + (_VERSION_SETS if version else "") + (_LIMITS_SETS if limits else ""))
-    return _SQL.format(sets=sets, values=values,
-                       lease=_CLOSE_LEASE if complete else "")
+    return _SQL.format(sets=sets, values=values, lease=_CLOSE_LEASE if complete else "",
+                       free=limit_sql.free_with_run(notify) if free else "",
+                       told=", (SELECT count(*) FROM told)" if free else "")
 
 
 def json_param(field: str, value: Any) -> Any:
@@ -85,8 +91,8 @@ def json_param(field: str, value: Any) -> Any:
 def write_checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], next_step: str, *,
                    complete: bool = False, output: Any = None, progress: dict[str, Any] | None = None) -> bool:
     """Commit ``records`` (at least one) with ``state``: a checkpoint (``next_step`` next) or, with ``complete``,
-    the run ``done`` with ``output`` and its lease closed. ``progress``: a held-back progress report, written
-    by the same statement. False if the lease is lost (nothing written)."""
+    the run ``done`` with ``output`` and its lease closed, and the limit slots it held freed. ``progress``: a
+    held-back progress report, written by the same statement. False if the lease is lost (nothing written)."""
     params = {"id": claim.id, "token": claim.lease_token, "state": json_param("state", state), "now": clock.now(),
               "step": records[-1].index + 1, "step_name": next_step}
     if complete:
@@ -104,7 +110,10 @@ def write_checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[st
     for i, r in enumerate(records):
         params.update({f"index{i}": r.index, f"name{i}": r.name, f"attempt{i}": r.attempt,
                        f"started{i}": r.started_at, f"finished{i}": r.finished_at})
+    free = complete and bool(claim.limits)  # its slots come back in this statement, which closes the lease
+    if free:
+        params.update(own=json.dumps([claim.queue]), own_queue=claim.queue)
     with bound_cursor() as cursor:
         cursor.execute(_statement(complete, len(records), progress is not None, "version" in params,
-                                  "limits" in params), params)
+                                  "limits" in params, free, free and listens()), params)
         return bool(cursor.fetchone()[0])

@@ -26,7 +26,7 @@ from django_procedures.policy.status import LeaseOutcome, RunStatus, StepStatus
 from django_procedures.policy.text import clean_text
 from django_procedures.policy.tree_retry import collateral_reason
 from django_procedures.policy.waiting import WaitingFor
-from django_procedures.store import fence, progress_sql, tree
+from django_procedures.store import progress_sql, tree
 from django_procedures.store.claim import Claim
 from django_procedures.store.db import db_now, is_postgresql, sole_statement
 from django_procedures.store.events import send_after_commit
@@ -116,17 +116,15 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
     transaction and the finish hooks write nothing.
     """
     ending = Ending.of(claim)
-    alone = ends_transaction and not ending.hooks_write and not claim.limits
+    alone = ends_transaction and not ending.hooks_write
 
     def write() -> bool:
         if records and is_postgresql():
             with sole_statement(alone):
                 written = progress_sql.write_checkpoint(claim, records, state, "", complete=True, output=output,
                                                       progress=progress)
-            if not written:
+            if not written:  # (the statement closed the lease and freed its limit slots)
                 return False
-            if claim.limits:  # the statement closed the lease: its limit slots come back in this transaction
-                fence.free_slots([claim.limits])
         else:
             step, now = records[-1].index + 1 if records else claim.step, clock.now()
             if not held_row(claim).update(
@@ -136,7 +134,7 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
                 return False
             if records:
                 Step._writer.bulk_create(_done_rows(claim, records, state))
-            close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+            close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED, queue=claim.queue)
         _committed(claim, records)
         return True
 
@@ -166,7 +164,7 @@ def suspend(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], 
                       **LEASE_CLEARED, **_progress_fields(progress, clock.now()), **_version_fields(claim))
         Step._writer.bulk_create(_done_rows(claim, records, state))
         insert(list(rows))
-        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED, queue=claim.queue)
     _committed(claim, records)
 
 
@@ -184,7 +182,7 @@ def sleep(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any], ne
                       state=state, step=records[-1].index + 1, step_name=next_step, attempt=1, failures=0, lost=0,
                       **LEASE_CLEARED, **_progress_fields(progress, clock.now()), **_version_fields(claim))
         Step._writer.bulk_create(_done_rows(claim, records, state))
-        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED, queue=claim.queue)
         notify([claim.queue])  # idle workers read the next due time again: it may now be this wake time
     _committed(claim, records)
 
@@ -222,7 +220,7 @@ def take_stock(claim: Claim) -> tree.Stock:
             left = tree.unfinished_count(claim.id, claim.suspension)
             fenced_update(claim, status=RunStatus.WAITING, waiting_for=WaitingFor.CHILDREN, pending_children=left,
                           **LEASE_CLEARED)
-            close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+            close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED, queue=claim.queue)
     return stock
 
 
@@ -272,7 +270,7 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
                           **LEASE_CLEARED)
             if record is not None:
                 _failed_step(claim, record, error, traceback)
-            close_lease(claim.id, claim.lease_token, LeaseOutcome.RETRIED)
+            close_lease(claim.id, claim.lease_token, LeaseOutcome.RETRIED, queue=claim.queue)
         send_after_commit(signals.procedure_retrying, procedure_id=claim.id, type_name=claim.type_name, error=error)
         return
     if rollback:
@@ -286,7 +284,7 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
                 _failed_step(claim, record, error, traceback)
             tree.cancel_subtree(claim.id, collateral_reason(claim.id), include_self=False)
             if hand_off:
-                close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
+                close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED, queue=claim.queue)
                 notify([claim.queue])
         claim.in_rollback, claim.failures, claim.lost, claim.attempt = True, 0, 0, 1
         return
@@ -300,7 +298,7 @@ def fail_attempt(claim: Claim, record: StepRecord | None, error: str, traceback:
         if record is not None:
             _failed_step(claim, record, error, traceback)
         tree.cancel_subtree(claim.id, collateral_reason(claim.id), include_self=False)
-        close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED, queue=claim.queue)
         return True
 
     finish_one(Ending.of(claim), write, failed=True, signal=signals.procedure_failed, error=error)
@@ -362,7 +360,7 @@ def finish_rollback(claim: Claim, record: StepRecord) -> None:
         Step._writer.create(procedure_id=claim.id, index=record.index, name=record.name, attempt=record.attempt,
                             status=StepStatus.DONE, lease_token=claim.lease_token, started_at=record.started_at,
                             finished_at=record.finished_at)
-        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED)
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.COMPLETED, queue=claim.queue)
         return True
 
     finish_one(Ending.of(claim), write, failed=True, signal=signals.procedure_rolled_back)
@@ -376,7 +374,7 @@ def fail_rollback(claim: Claim, record: StepRecord, error: str, decision: RetryD
             fenced_update(claim, status=RunStatus.RETRYING, run_at=decision.run_at, failures=decision.failures,
                           attempt=claim.attempt + 1, rollback_error=error, **LEASE_CLEARED)
             _failed_step(claim, record, error)
-            close_lease(claim.id, claim.lease_token, LeaseOutcome.RETRIED)
+            close_lease(claim.id, claim.lease_token, LeaseOutcome.RETRIED, queue=claim.queue)
         return
 
     def write() -> bool:
@@ -384,7 +382,7 @@ def fail_rollback(claim: Claim, record: StepRecord, error: str, decision: RetryD
                       rollback_error=error, finished_at=clock.now(), pending_children=0,
                       failure_can_retry=decision.manual_retry, **LEASE_CLEARED)
         _failed_step(claim, record, error)
-        close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED)
+        close_lease(claim.id, claim.lease_token, LeaseOutcome.FAILED, queue=claim.queue)
         return True
 
     finish_one(Ending.of(claim), write, failed=True, signal=signals.procedure_failed, error=error)

@@ -15,7 +15,8 @@ class Limited(Procedure):
 
     ``work`` writes an ``enter`` Effect row, holds ``hold`` seconds (or until the ``flag`` file exists), writes
     ``exit``, then ends its lease as ``then`` says: ``"done"`` (default, through ``finish``), ``"fail"``,
-    ``"retry"`` (fails its first attempt), ``"sleep"`` (a durable sleep of ``0`` seconds before ``finish``).
+    ``"retry"`` (fails its first attempt), ``"sleep"`` (a durable sleep of ``0`` seconds before ``finish``),
+    ``"wait"`` (waits for the event ``go`` before ``finish``).
     ``next_customer`` becomes ``customer`` in ``work``; ``break_limits`` makes ``limits()`` raise from then on.
     """
 
@@ -53,6 +54,9 @@ class Limited(Procedure):
         if then == "sleep" and not self.state.get("slept"):
             self.state["slept"] = True
             return Status.sleep(0)
+        if then == "wait" and not self.state.get("waited"):
+            self.state["waited"] = True
+            return Status.wait_for_event("go", timeout=60)
         return None
 
     @step

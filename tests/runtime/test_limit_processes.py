@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from django_procedures.models import Lease, LimitUse
+from django_procedures.models import Lease, LimitSlot
 from testproject.testapp.models import Effect
 from testproject.testapp.procedures import Limited, ThreeSteps
 from tests.runs import status_of
@@ -21,8 +21,8 @@ pytestmark = [pytest.mark.subprocess, pytest.mark.django_db(transaction=True)]
 
 
 def in_use(name: str) -> int:
-    """Slots of ``name`` taken (a row at 0 may be gone already: the sweep deletes rows that count nothing)."""
-    return LimitUse.objects.filter(name=name).values_list("in_use", flat=True).first() or 0
+    """Slots of ``name`` taken (leases holding one now)."""
+    return LimitSlot.objects.in_use(name)
 
 
 def most_at_once(ids) -> int:

@@ -7,7 +7,7 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from django_procedures.models import Lease, LimitUse, ProcedureRun
+from django_procedures.models import Lease, LimitSlot, LimitUse, ProcedureRun
 from django_procedures.runtime.executor import RunningClaim, execute
 from django_procedures.store import limits as flow
 from django_procedures.store.claim import claim, due_times
@@ -24,7 +24,7 @@ def take(limit=1, queues=None):
 
 
 def in_use(name):
-    return LimitUse.objects.filter(name=name).values_list("in_use", flat=True).first() or 0
+    return LimitSlot.objects.in_use(name)
 
 
 def test_a_concurrency_limit_admits_max_and_the_rest_stay_ready_and_unfailed():
@@ -48,7 +48,7 @@ def test_finishing_gives_the_slot_back_in_its_transaction_and_the_next_is_claime
     assert [c.id for c in take()] == [second.id]
 
 
-@pytest.mark.parametrize("then", ["fail", "retry", "sleep"])
+@pytest.mark.parametrize("then", ["fail", "retry", "sleep", "wait"])
 def test_every_way_the_attempt_ends_gives_the_slot_back(then):
     Limited.submit({"concurrency": [["crm", 1]], "then": then})
     (held,) = take()
@@ -206,12 +206,28 @@ def test_a_schedules_runs_carry_the_limits_of_its_state():
     assert row.limits == [["customer:a", "concurrency", 1, 0.0]]
 
 
-def test_the_queue_waiting_for_a_full_limit_is_noted_and_woken_when_a_slot_frees():
+def test_the_queue_waiting_for_a_full_limit_is_noted_by_idle_workers_and_woken_when_a_slot_frees():
     Limited.submit({"concurrency": [["crm", 1]]}, queue="crm-work")
-    Limited.submit({"concurrency": [["crm", 1]]}, queue="crm-work")
-    (held,) = take(queues=["crm-work"])
-    assert LimitUse.objects.get(name="crm").waiting == ["crm-work"]  # its NOTIFY goes there when a slot frees
+    Limited.submit({"concurrency": [["crm", 1]]}, queue="crm-later")
+    (held,) = take(queues=["crm-work", "crm-later"])
+    assert due_times(type_names=TYPES, queues=["crm-later"]).run_at is None  # idle: over its limit
+    assert LimitUse.objects.get(name="crm").waiting == ["crm-later"]  # its NOTIFY goes there when a slot frees
     execute(RunningClaim(held))
+    assert LimitUse.objects.get(name="crm").waiting == []
+
+
+def test_a_note_of_the_freeing_workers_own_queue_is_kept_for_a_lease_given_back():
+    from django_procedures.store.transitions import give_back
+
+    for _ in range(3):
+        Limited.submit({"concurrency": [["crm", 1]]}, queue="crm-work")
+    (held,) = take(queues=["crm-work"])
+    due_times(type_names=TYPES, queues=["crm-work"])
+    assert LimitUse.objects.get(name="crm").waiting == ["crm-work"]
+    execute(RunningClaim(held))  # its worker claims again at once: nobody else is woken for the slot
+    assert LimitUse.objects.get(name="crm").waiting == ["crm-work"]
+    (held,) = take(queues=["crm-work"])
+    give_back(held)  # a worker stopping: the queue is woken
     assert LimitUse.objects.get(name="crm").waiting == []
 
 
@@ -243,13 +259,14 @@ def test_the_transaction_that_frees_a_slot_notifies_the_waiting_queue():
     from django_procedures.store.notify import CHANNEL
 
     Limited.submit({"concurrency": [["crm", 1]]}, queue="crm-work")
-    Limited.submit({"concurrency": [["crm", 1]]}, queue="crm-work")
+    Limited.submit({"concurrency": [["crm", 1]]}, queue="crm-later")
     (held,) = take(queues=["crm-work"])
+    due_times(type_names=TYPES, queues=["crm-later"])  # an idle worker of crm-later notes that it waits
     with psycopg.connect(**listen_params(), autocommit=True) as listener:
         listener.execute(f"LISTEN {CHANNEL}")
         execute(RunningClaim(held))  # commits the completion, which frees the slot
         payloads = {n.payload for n in listener.notifies(timeout=10, stop_after=1)}
-    assert payloads == {"crm-work"}
+    assert payloads == {"crm-later"}
 
 
 def test_stored_limits_that_no_longer_parse_never_stop_the_claims():
@@ -261,16 +278,16 @@ def test_stored_limits_that_no_longer_parse_never_stop_the_claims():
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL plans")
 def test_the_fast_path_and_the_limited_pass_each_can_read_their_own_partial_index():
     from django_procedures.store import claim as claims
+    from django_procedures.store import limit_sql
     from django_procedures.store.db import text_array
     from django_procedures.store.kinds import Kinds
 
     kinds = Kinds.of(TYPES)
     fast = claims._PG_DUE.format(run=ProcedureRun._meta.db_table, queue_filter="")
-    limited = flow._PG_LIMITED_DUE.format(
-        run=ProcedureRun._meta.db_table, queue_filter="",
-        which=f"r.limits IS NOT NULL AND NOT {flow._PG_FULL.format(limit=LimitUse._meta.db_table)}")
-    params = {"now": timezone.now(), **kinds.params(), "limit": 5, "skip": [], "full_queues": text_array(()),
-              "limited_queues": text_array(()), "epoch": 0.0}
+    limited = limit_sql.candidates(limit_sql.OWN, False)
+    params = {"now": timezone.now(), **kinds.params(), "limit": 5, "skip": [], "queue_limits": "{}", "wanted": 1,
+              "taken": [],
+              "limited_queues": text_array(())}
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute("SET LOCAL enable_bitmapscan = off")
@@ -283,3 +300,84 @@ def test_the_fast_path_and_the_limited_pass_each_can_read_their_own_partial_inde
     assert "procedures_claim_idx" in plans[0] or "procedures_due_idx" in plans[0], plans[0]
     assert "Seq Scan" not in plans[0], plans[0]
     assert "procedures_limited_claim_idx" in plans[1], plans[1]
+
+
+def test_a_claim_of_many_rounds_never_hands_one_slot_to_two_procedures():
+    for _ in range(10):
+        Limited.submit({"concurrency": [["crm", 2]]})
+    held = take(limit=3)  # two rounds of candidates: the slots of the first are still free in the database
+    assert len(held) == 2
+    assert LimitSlot.objects.held().filter(name="crm").count() == 2
+    assert take(limit=3) == []
+
+
+def test_slots_are_made_below_the_limit_only_and_reused():
+    for _ in range(5):
+        Limited.submit({"concurrency": [["crm", 3]]})
+    held = take(limit=5)
+    assert len(held) == 3
+    assert sorted(LimitSlot.objects.filter(name="crm").values_list("slot", flat=True)) == [0, 1, 2]
+    execute(RunningClaim(held[0]))
+    assert len(take(limit=5)) == 1
+    assert LimitSlot.objects.filter(name="crm").count() == 3
+
+
+def test_a_free_limited_row_is_due_now_so_burst_workers_and_drain_keep_going():
+    Limited.submit({"concurrency": [["crm", 2]]})
+    Limited.submit({"concurrency": [["crm", 2]]})
+    take()
+    assert due_times(type_names=TYPES).limited_ready  # one slot is free: a burst worker stays, drain looks again
+    take()
+    times = due_times(type_names=TYPES)
+    assert (times.run_at, times.limited_ready) == (None, False)  # full: a slot freeing wakes the idle
+
+
+def test_the_sweep_keeps_the_slots_of_names_held_and_deletes_idle_ones():
+    Limited.submit({"concurrency": [["held", 1]]})
+    Limited.submit({"concurrency": [["idle", 1]]})
+    first, second = take(limit=2)
+    execute(RunningClaim(second if second.limits == ["idle"] else first))
+    flow.tidy(timezone.now())
+    assert set(LimitSlot.objects.values_list("name", flat=True)) == {"held"}
+    assert set(LimitUse.objects.values_list("name", flat=True)) == {"held"}
+
+
+def test_a_rate_slot_is_free_again_per_after_the_claim_that_took_it():
+    for _ in range(4):
+        Limited.submit({"rate": [["api", 2, 10]]})
+    start = timezone.now()
+    assert drain(now=start).claimed == 2
+    assert sorted(LimitSlot.objects.filter(name="api", rate=True).values_list("free_at", flat=True)) == [
+        start + timedelta(seconds=10)] * 2
+    assert drain(now=start + timedelta(seconds=9.9)).claimed == 0
+    assert drain(now=start + timedelta(seconds=10)).claimed == 2
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks of another connection")
+@pytest.mark.django_db(transaction=True)
+def test_a_slot_another_transaction_has_locked_is_passed_by_without_waiting():
+    import psycopg
+
+    from django_procedures.store.listening import listen_params
+
+    for _ in range(3):
+        Limited.submit({"concurrency": [["crm", 2]]})
+    execute(RunningClaim(take(limit=2)[0]))  # both slots made, one free again
+    with psycopg.connect(**listen_params()) as other:  # a claim taking the last free slot right now
+        other.execute("SET lock_timeout = '5s'")
+        locked = other.execute(f"SELECT slot FROM {LimitSlot._meta.db_table} WHERE holder_id IS NULL "
+                               "FOR UPDATE").fetchall()
+        assert len(locked) == 1
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '1s'")  # a wait would fail the claim
+        assert take() == []
+        other.rollback()
+    assert len(take()) == 1
+
+
+def test_the_sweep_says_how_many_names_it_deleted():
+    for c in range(3):
+        Limited.submit({"customer": c, "concurrency": [["customer:{customer}", 1]]})
+    drain()
+    assert flow.tidy(timezone.now()) == 3
+    assert flow.tidy(timezone.now()) == 0

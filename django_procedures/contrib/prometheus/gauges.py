@@ -43,7 +43,7 @@ LIMIT_SERIES = 500
 
 def limits_in_use() -> list[tuple[str, int, int | None]]:
     """Flow-control limits with a slot taken now, fleet-wide: ``(name, in_use, max)``."""
-    return list(LimitUse.objects.filter(in_use__gt=0).order_by("-in_use", "name")
+    return list(LimitUse.objects.with_use(timezone.now()).filter(in_use__gt=0).order_by("-in_use", "name")
                 .values_list("name", "in_use", "max")[:LIMIT_SERIES])
 
 
