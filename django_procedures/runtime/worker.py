@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import queue
 import threading
 import time
 from collections import Counter
@@ -16,6 +15,7 @@ from django.db.backends.signals import connection_created
 from django_procedures import clock, registry
 from django_procedures.exceptions import ProceduresNotMigrated
 from django_procedures.policy.health import longest_sleep
+from django_procedures.policy.idle import burst_done, idle_seconds
 from django_procedures.policy.loop_wake import LIMITED_POLL_SECONDS
 from django_procedures.policy.worker_config import WorkerConfig
 from django_procedures.policy.workers import StopReason, stop_reason
@@ -30,15 +30,15 @@ from django_procedures.runtime.connections import (
 )
 from django_procedures.runtime.crew import Crew
 from django_procedures.runtime.endings import Interrupted
-from django_procedures.runtime.executor import Outcome, RunningClaim, execute, record_crash
+from django_procedures.runtime.executor import Outcome, RunningClaim
 from django_procedures.runtime.heartbeat import Duty, Heartbeat
 from django_procedures.runtime.held import STAT, HeldClaims
 from django_procedures.runtime.lane import AsyncLane, database_threads, is_async_type
 from django_procedures.runtime.loop_claims import LoopClaims
 from django_procedures.runtime.loop_watch import LoopStall
 from django_procedures.runtime.outage import report_loop_error, watch
-from django_procedures.runtime.progress import ProgressRecorder, close_side_connection
-from django_procedures.runtime.running import error_text, log_extra, trace_text
+from django_procedures.runtime.progress import ProgressRecorder
+from django_procedures.runtime.running import error_text
 from django_procedures.runtime.settle import settle
 from django_procedures.runtime.shutdown import graceful_signals, join_until
 from django_procedures.runtime.wakeup import Waker
@@ -72,7 +72,6 @@ class WorkerRuntime:
         self.stats: Counter[str] = Counter()
         # Reentrant: stop() takes it, and embedding code may call stop() from a thread that holds it.
         self._lock = threading.RLock()
-        self._work: queue.SimpleQueue[RunningClaim | None] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self.waker = Waker(listen=config.listen_notify and listens(),
                            queues=config.queues, poll_seconds=config.poll_seconds,
@@ -83,7 +82,7 @@ class WorkerRuntime:
         self._signalled: str | None = None  # the first SIGTERM/SIGINT, not yet acted on by the main loop
         self._wake_at: Any = None  # the first sleeper's wake time, read when idle
         self.loop_claims = LoopClaims(self.waker, config.poll_seconds)
-        self.crew = Crew(config.concurrency, self._executor_loop)
+        self.crew = Crew(config.concurrency, self._lock, self._thread_finished)
         # The claims held, guarded by the same lock as the crew's threads.
         self.held = HeldClaims(self._lock, self.crew, self.stats, concurrency=config.concurrency,
                                prefetch=config.prefetch)
@@ -282,7 +281,9 @@ class WorkerRuntime:
                     self.loop_claims.recheck(due)
                 if self.config.with_scheduler:  # a tick due soon starts work too
                     due = min((at for at in (due, next_tick_due()) if at is not None), default=None)
-                if self.config.burst and not self.held.total and not self._due_soon(due) and not times.limited_ready:
+                if self.config.burst and burst_done(held=self.held.total, due_in=self._due_in(due),
+                                                    burst_wait=self.config.burst_wait_seconds,
+                                                    limited_ready=times.limited_ready):
                     logger.info("worker %s: nothing due within %gs; --burst exits", self.id,
                                 self.config.burst_wait_seconds)
                     self._stop_reason = "burst"
@@ -329,7 +330,7 @@ class WorkerRuntime:
                 observe.claim_started(running)
                 self.lane.submit(running)
             else:
-                self._work.put(running)
+                self.crew.hand(running)
         return len(claims)
 
     def _loop_slots(self) -> int:
@@ -346,56 +347,31 @@ class WorkerRuntime:
             return
         self.loop_claims.ended(running.claim, outcome, still_on_loop=self.held.on_loop)
 
-    def _due_soon(self, due: Any) -> bool:
-        return due is not None and (due - clock.now()).total_seconds() <= self.config.burst_wait_seconds
+    def _due_in(self, due: Any) -> float | None:
+        return (due - clock.now()).total_seconds() if due is not None else None
 
     def _idle_timeout(self, due: Any, next_chore: float) -> float:
-        # min() of one float raises: the next chore is always a bound, the due time and the burst poll only if any.
-        bounds = [next_chore - time.monotonic()]
-        if due is not None:
-            bounds.append((due - clock.now()).total_seconds())
-        if self.config.burst:
-            bounds.append(self.config.poll_seconds)
-        return max(0.0, min(bounds))
+        return idle_seconds(due_in=self._due_in(due), chore_in=next_chore - time.monotonic(),
+                            burst_poll=self.config.poll_seconds if self.config.burst else None)
 
     # -- executor threads -----------------------------------------------------------------
 
-    def _executor_loop(self) -> None:
-        try:
-            while True:
-                running = self._work.get()
-                if running is None:
-                    return
-                with self._lock:
-                    if running.given_back:
-                        continue
-                    running.taken_at = started = time.monotonic()
-                    self.crew.take(running)
-                observe.claim_started(running)
-                try:
-                    outcome = execute(running)
-                except BaseException as error:  # a bug, or foreign code the executor did not contain
-                    logger.exception("procedure %s: the worker could not record its outcome; recording a failed "
-                                     "attempt", running.claim.id, extra=log_extra(running.claim))
-                    outcome = record_crash(running, error, trace_text())
-                self.stats[STAT[outcome]] += 1
-                observe.outcome(running, outcome.value)
-                with self._lock:
-                    self.crew.done()
-                    wanted = self.held.finished(running, time.monotonic() - started)
-                if wanted:  # the main thread claims only then: waking it for less is wasted work
-                    self.waker.wake()
-        finally:
-            close_side_connection()
-            connection.close()
+    def _thread_finished(self, running: RunningClaim, outcome: Outcome, started: float) -> None:
+        """On an executor thread, as its claim ends."""
+        self.stats[STAT[outcome]] += 1
+        observe.outcome(running, outcome.value)
+        with self._lock:
+            self.crew.done()
+            wanted = self.held.finished(running, time.monotonic() - started)
+        if wanted:  # the main thread claims only then: waking it for less is wasted work
+            self.waker.wake()
 
     # -- shutdown -------------------------------------------------------------------------
 
     def _shut_down(self) -> None:
         self.stop("finishing")
         threads = self.crew.threads
-        for _ in threads:
-            self._work.put(None)
+        self.crew.finish()
         deadline = time.monotonic() + self.config.shutdown_timeout
         # Draining is the loop's work now: /healthz stays 200 meanwhile.
         join_until(threads, deadline, lambda: self.health.report("loop"))
