@@ -1,7 +1,7 @@
 """Our workers beside the peers', interleaved, on one PostgreSQL: ``python -m benchmarks.run --peers``.
 
 Each repetition runs the same work through us and through each peer of
-:data:`benchmarks.peers.COMPARISONS` (the order reverses every other
+:data:`COMPARISONS` (the order reverses every other
 repetition, so a warming cache or a neighbour's burst does not favour one
 side): N no-op one-step jobs drained by 2 worker processes, and N/10 ten-step
 jobs (steps/s). Both sides enqueue first, then ``ANALYZE`` and
@@ -41,10 +41,16 @@ COMPARISONS = (
     Comparison("dbos", "thr-W2-p1ms", "DBOS Transact 3.4, 2 workers, polling every 1 ms", "noop", 45.0),
     Comparison("dbos", "steps10-W2-p1ms", "DBOS Transact 3.4, 10-step workflows, 2 workers, 1 ms polling",
                "steps10", 25.0),
+    # Celery on a Redis broker (database 5), acks_late, prefetch 1, no result backend: not durable in
+    # PostgreSQL, the peer a Django team weighs us against (issue 31).
+    Comparison("celery", "thr-W2-c4", "Celery 5.7 on Redis, 2 workers x 4 threads", "noop", 20.0),
+    Comparison("celery", "thr-W2-prefork4", "Celery 5.7 on Redis, 2 workers x prefork 4", "noop", 25.0),
+    Comparison("celery", "steps10-W2-c4", "Celery 5.7 on Redis, chains of 10, 2 workers x 4 threads",
+               "steps10", 25.0),
 )
 #: The packages whose versions are shown for each peer (the harness records every one it installed).
 PACKAGES = {"procrastinate": ("procrastinate", "Django", "psycopg"), "dbos": ("dbos", "SQLAlchemy", "psycopg"),
-            "dtdb": ("django-tasks-db", "Django", "psycopg")}
+            "dtdb": ("django-tasks-db", "Django", "psycopg"), "celery": ("celery", "kombu", "redis")}
 #: Seconds one repetition of our side takes at N = 5,000 (two drains, fresh databases).
 OURS_SECONDS_AT_5000 = 25.0
 
@@ -189,11 +195,17 @@ def table(pairs: list[Pairs], n: int, threads: int) -> str:
     for p in pairs:
         if p.theirs:
             first = p.theirs[0]
-            db = first.get("per_job_db", {})
-            notes.append(f"{p.comparison.peer} `{p.comparison.scenario}`: "
-                         f"{db.get('xact_commit', '?')} commits per job; versions "
+            notes.append(f"{p.comparison.peer} `{p.comparison.scenario}`: {_per_job(first)}; versions "
                          + ", ".join(f"{k} {v}" for k, v in first.get("versions", {}).items() if v) + ".")
     return "\n".join(lines) + "\n" + "\n".join(notes)
+
+
+def _per_job(result: dict[str, Any]) -> str:
+    """What one job of a peer costs its store: PostgreSQL commits, or (Celery) Redis commands per task."""
+    calls = result.get("redis_calls_per_task")
+    if calls and not result.get("per_job_db"):
+        return f"{sum(calls.values()):.1f} Redis commands per task (no PostgreSQL)"
+    return f"{result.get('per_job_db', {}).get('xact_commit', '?')} commits per job"
 
 
 def raw(pairs: list[Pairs]) -> str:

@@ -84,7 +84,7 @@ def harness_copy() -> Path:
 
 def run_peer(peer: str, scenarios: list[str], n: int, reps: int, *, host: str = "127.0.0.1",
              user: str = "postgres", timeout: float = DRIVER_TIMEOUT) -> dict[str, Any]:
-    """Run ``scenarios`` of ``peer`` (``dtdb``, ``procrastinate``, ``dbos``) ``reps`` times with ``n`` jobs each.
+    """Run ``scenarios`` of ``peer`` (``dtdb``, ``procrastinate``, ``dbos``, ``celery``) ``reps`` x ``n`` jobs.
 
     Returns ``{"peer", "scenarios": {name: [result of each rep]}, "meta"}``: each result is the
     harness's own record (throughput: ``jobs_per_s_wall``, ``jobs_per_s_active``, ``cpu``...;

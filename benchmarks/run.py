@@ -6,7 +6,7 @@
     python -m benchmarks.run --peers [--peers-n N] [--runs N] [...]
 
 ``--peers`` alone runs the comparison with the peers (``benchmarks.compare``):
-our workers and Procrastinate's and DBOS's, interleaved, on the same server,
+our workers and Procrastinate's, DBOS's and Celery's (on Redis), interleaved, on the same server,
 through the peer harness in ``../shared/peers`` (``benchmarks/peers.py``,
 which installs its own virtualenv the first time). With ``--only``, each
 chosen benchmark that has a peer runs it beside ours (tasks: django-tasks-db).
@@ -67,7 +67,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--update-docs", action="store_true", help=f"put the table into {DOCS.relative_to(ROOT)}")
     parser.add_argument("--keep-logs", action="store_true", help="keep the workers' log files")
     parser.add_argument("--peers", action="store_true",
-                        help="alone: compare with Procrastinate and DBOS (interleaved runs, paired ratios); "
+                        help="alone: compare with Procrastinate, DBOS and Celery (interleaved runs, paired ratios); "
                              "with --only: also run each chosen benchmark's peer in the same run, through the peer "
                              "harness (benchmarks/peers.py; installs its own virtualenv the first time): tasks -> "
                              "django-tasks-db's db_worker")
@@ -95,7 +95,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.peers_n = 200 if args.quick else 5000
     if args.peers_n < 10:
         parser.error(f"--peers-n must be at least 10 (ten-step jobs take N/10); got {args.peers_n}")
-    #: --peers without --only: the comparison with Procrastinate and DBOS, instead of the suite.
+    #: --peers without --only: the comparison with Procrastinate, DBOS and Celery, instead of the suite.
     args.compare = args.peers and not args.only
     if args.compare:
         args.selected = ["peers"]
