@@ -106,8 +106,14 @@ def drain(ctx: Context, label: str, work: str, n: int) -> Ours:
 
         since = timezone.now()
         submit(cls, [{}] * count)
-        with connection.cursor() as cursor:  # as the peer driver does before its workers start
-            cursor.execute("ANALYZE")
+        from django_procedures.models import ProcedureRun
+
+        # As the peer driver does before its workers start: ANALYZE of the job table, the one that holds the jobs.
+        # Not the whole database: an ANALYZE of the empty lease table records it as empty, and a worker
+        # connection's prepared completion statement then keeps a generic plan that reads the lease table whole,
+        # as it grows by a row a claim (see benchmarks.waits.seed_sleepers_and_analyze).
+        with connection.cursor() as cursor:
+            cursor.execute(f"ANALYZE {connection.ops.quote_name(ProcedureRun._meta.db_table)}")
             cursor.execute("CHECKPOINT")
         run = run_burst(ctx, db, since, count, WORKERS, env=PROJECT)
         units = count * steps
