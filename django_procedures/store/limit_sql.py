@@ -135,24 +135,27 @@ LEASE_LIMITS = (", limits", ", hl.names::jsonb",
                 " LEFT JOIN unnest(%(lease_ids)s::uuid[], %(lease_names)s::text[]) AS hl(lease_id, names)"
                 " ON hl.lease_id = claimed.id")
 
-# The lease ending: its own slots back, and the queues noted as waiting for them (a note holding only
-# ``%(own)s``, the queue whose worker claims again at once, is left as it is).
+# The names of the slots freed (``freed``) lose their notes of waiting queues, returned (``woken``) to be told;
+# a note holding only ``%(own)s``, the queue whose worker claims again at once, is left as it is.
+_WOKEN = """woken AS (
+    UPDATE {use} AS u SET waiting = '[]'::jsonb
+    FROM (SELECT name, waiting FROM {use}
+          WHERE name = ANY(ARRAY(SELECT name FROM freed)) AND waiting <> '[]'::jsonb AND waiting <> %(own)s::jsonb
+          ORDER BY name FOR UPDATE) AS noted
+    WHERE u.name = noted.name
+    RETURNING noted.waiting
+)"""
+
+# The lease ending: its own slots back, and the queues noted as waiting for them.
 _FREE = """
     WITH freed AS (
         UPDATE {slot} AS s SET holder_id = NULL, holder_token = NULL
         FROM unnest(%(ids)s::uuid[], %(tokens)s::bigint[]) AS l(id, token)
         WHERE s.holder_id = l.id AND s.holder_token = l.token
         RETURNING s.name
-    ), woken AS (
-        UPDATE {use} AS u SET waiting = '[]'::jsonb
-        FROM (SELECT name, waiting FROM {use}
-              WHERE name = ANY(ARRAY(SELECT name FROM freed)) AND waiting <> '[]'::jsonb AND waiting <> %(own)s::jsonb
-              ORDER BY name FOR UPDATE) AS noted
-        WHERE u.name = noted.name
-        RETURNING noted.waiting
-    )
+    ), {woken}
     SELECT DISTINCT q FROM woken, jsonb_array_elements_text(woken.waiting) AS q
-"""
+""".replace("{woken}", _WOKEN)
 
 # The same for the lease a completion's statement closes (store.progress_sql): freed only if the fenced
 # update ("run") matched, and the queues woken by NOTIFY in that statement (``told`` is read by its SELECT).
@@ -160,17 +163,10 @@ FREE_WITH_RUN = """, freed AS (
     UPDATE {slot} SET holder_id = NULL, holder_token = NULL
     WHERE holder_id = %(id)s AND holder_token = %(token)s AND EXISTS (SELECT FROM run)
     RETURNING name
-), woken AS (
-    UPDATE {use} AS u SET waiting = '[]'::jsonb
-    FROM (SELECT name, waiting FROM {use}
-          WHERE name = ANY(ARRAY(SELECT name FROM freed)) AND waiting <> '[]'::jsonb AND waiting <> %(own)s::jsonb
-          ORDER BY name FOR UPDATE) AS noted
-    WHERE u.name = noted.name
-    RETURNING noted.waiting
-), told AS (
+), {woken}, told AS (
     SELECT {tell} FROM (SELECT DISTINCT q FROM woken, jsonb_array_elements_text(woken.waiting) AS q
                         WHERE q <> %(own_queue)s) AS w
-)"""
+)""".replace("{woken}", _WOKEN)
 
 # When idle: note the queues waiting for full concurrency names (a free wakes them), and say whether a due
 # limited row could be claimed now, and when the first full rate admits a claim again.
