@@ -57,10 +57,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=None, help="runs per benchmark (default 3; 1 with --quick)")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
                         help=f"executor threads per worker process (default {DEFAULT_THREADS})")
-    default_url = os.environ.get("BENCH_DATABASE_URL") or _postgres_env() or DEFAULT_URL
-    parser.add_argument("--database-url", default=default_url,
-                        help="the PostgreSQL server to create the benchmark databases on (default: "
-                             "BENCH_DATABASE_URL, else a postgres:// DATABASE_URL, else " + DEFAULT_URL + ")")
+    add_database_url(parser)
     parser.add_argument("--results", type=Path, default=RESULTS, help="file the dated table is appended to")
     parser.add_argument("--profile", type=Path, default=None,
                         help="attach py-spy to every worker and write raw (collapsed) stacks into this directory")
@@ -112,6 +109,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _postgres_env() -> str | None:
     url = os.environ.get("DATABASE_URL", "")
     return url if url.startswith(("postgres://", "postgresql://")) else None
+
+
+def add_database_url(parser: argparse.ArgumentParser) -> None:
+    """The ``--database-url`` option of every benchmark command."""
+    default = os.environ.get("BENCH_DATABASE_URL") or _postgres_env() or DEFAULT_URL
+    parser.add_argument("--database-url", default=default,
+                        help="the PostgreSQL server to create the benchmark databases on (default: "
+                             "BENCH_DATABASE_URL, else a postgres:// DATABASE_URL, else " + DEFAULT_URL + ")")
+
+
+def standalone(database_url: str) -> tuple[Server, str]:
+    """For a benchmark run as a command of its own: its server, the prefix of its databases; Django set up."""
+    server = Server.from_url(database_url)
+    prefix = f"bench_{os.getpid()}"
+    setup_django(server, prefix)
+    return server, prefix
 
 
 def setup_django(server: Server, prefix: str) -> None:
@@ -269,9 +282,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    server = Server.from_url(args.database_url)
-    prefix = f"bench_{os.getpid()}"
-    setup_django(server, prefix)
+    server, prefix = standalone(args.database_url)
     from benchmarks.common import Context, Metric
     from benchmarks.suite import BENCHMARKS, FULL, QUICK
 

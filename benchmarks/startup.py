@@ -105,15 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="repetitions, each on a fresh database")
     parser.add_argument("--workers", type=int, default=2, help="workers launched at once (the comparison's 2)")
     parser.add_argument("--n", type=int, default=100, help="no-op procedures waiting for the workers")
-    from benchmarks.harness import DEFAULT_URL, Databases, Server, close_connection, median
-    from benchmarks.run import _postgres_env, machine, setup_django
+    from benchmarks.harness import Databases, close_connection, median
+    from benchmarks.run import add_database_url, machine, standalone
 
-    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL") or _postgres_env()
-                        or DEFAULT_URL)
+    add_database_url(parser)
     args = parser.parse_args(argv)
-    server = Server.from_url(args.database_url)
-    prefix = f"bench_{os.getpid()}"
-    setup_django(server, prefix)
+    server, prefix = standalone(args.database_url)
     from benchmarks.common import checkpoint, submit
     from benchmarks.procedures import Noop
 

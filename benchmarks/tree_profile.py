@@ -25,8 +25,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import DEFAULT_URL, Databases, Server, close_connection, finished_span, median, percentile
-from benchmarks.run import DEFAULT_THREADS, _postgres_env, machine, setup_django
+from benchmarks.harness import Databases, Server, close_connection, finished_span, median, percentile
+from benchmarks.run import DEFAULT_THREADS, add_database_url, machine, standalone
 from benchmarks.statements import read
 
 _QUALIFIED = re.compile(r'"django_procedures_\w+"\.("\w+")')
@@ -162,12 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default="200x20,20x200")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS)
-    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL") or _postgres_env()
-                        or DEFAULT_URL)
+    add_database_url(parser)
     args = parser.parse_args(argv)
-    server = Server.from_url(args.database_url)
-    prefix = f"bench_{os.getpid()}"
-    setup_django(server, prefix)
+    server, prefix = standalone(args.database_url)
     ctx = {"server": server, "databases": Databases(server, prefix), "threads": args.threads,
            "log_dir": Path(tempfile.mkdtemp(prefix="procedures-bench-"))}
     print(f"tree profile: {machine()}", flush=True)

@@ -34,8 +34,8 @@ import time
 from collections import Counter
 from typing import Any
 
-from benchmarks.harness import DEFAULT_URL, Databases, Server, close_connection
-from benchmarks.run import _postgres_env, machine, setup_django
+from benchmarks.harness import Databases, close_connection
+from benchmarks.run import add_database_url, machine, standalone
 
 
 def by_package(stats: pstats.Stats) -> Counter[str]:
@@ -104,13 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save", default="", help="write the merged profile here (pstats format)")
     parser.add_argument("--no-profile", action="store_true", help="no profiler: the worker's plain CPU")
     parser.add_argument("--sleepers", type=int, default=0, help="procedures asleep for days beside the no-ops")
-    parser.add_argument("--database-url", default=os.environ.get("BENCH_DATABASE_URL") or _postgres_env()
-                        or DEFAULT_URL)
+    add_database_url(parser)
     args = parser.parse_args(argv)
-    server = Server.from_url(args.database_url)
-    prefix = f"bench_{os.getpid()}"
     os.environ["PROCEDURES_JSON"] = '{"BURST_WAIT_SECONDS": 0.3}'
-    setup_django(server, prefix)
+    server, prefix = standalone(args.database_url)
     from benchmarks import statements
     from benchmarks.common import checkpoint, submit
     from benchmarks.procedures import Noop
