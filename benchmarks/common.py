@@ -11,15 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import (
-    BenchmarkError,
-    Databases,
-    Server,
-    Workers,
-    close_connection,
-    finished_span,
-    wait_until_done,
-)
+from benchmarks.harness import BenchmarkError, Databases, Server, close_connection, finished_span, wait_until_done
+from benchmarks.workers import Workers
 
 #: Procedures per ``submit_many`` call: one INSERT statement each, all in one transaction.
 SUBMIT_CHUNK = 1000

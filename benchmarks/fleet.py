@@ -81,8 +81,8 @@ def _run_fleet(ctx: Any, label: str, bouncer: PgBouncer | None, listen: bool = T
     from django.db import connection, transaction
 
     from benchmarks.common import submit
-    from benchmarks.harness import Workers
     from benchmarks.procedures import Noop, Stamp
+    from benchmarks.workers import Workers
     from django_procedures.models import ProcedureRun
 
     sizes = ctx.sizes

@@ -32,7 +32,7 @@ def _backend_cpu() -> float | None:
     """CPU seconds this connection's PostgreSQL backend has used (None: the server is not on this host)."""
     from django.db import connection
 
-    from benchmarks.harness import cpu_seconds
+    from benchmarks.workers import cpu_seconds
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")

@@ -99,7 +99,7 @@ def drain(ctx: dict[str, Any], label: str, parents: int, children: int) -> dict[
         before = server.xact_commit(db)
         logs = Path(tempfile.mkdtemp(prefix="procedures-statements-"))
         os.environ["BENCH_STATEMENT_LOG"] = str(logs)
-        from benchmarks.harness import Workers
+        from benchmarks.workers import Workers
 
         sessions = Sessions(server, db)
         sessions.start()
