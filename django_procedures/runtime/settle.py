@@ -41,7 +41,7 @@ from django_procedures.runtime.endings import (
     Suspended,
 )
 from django_procedures.runtime.running import Outcome, RunningClaim, log_extra, logger
-from django_procedures.store import inbox, transitions
+from django_procedures.store import failures, inbox, transitions
 
 # -- the settle point -------------------------------------------------------------------------
 
@@ -89,17 +89,17 @@ def _write(running: RunningClaim, ended: Ended) -> Outcome:
         case Failed():
             return _failed(running, ended)
         case RolledBack(record):
-            transitions.finish_rollback(claim, record)
+            failures.finish_rollback(claim, record)
             return Outcome.ROLLED_BACK
         case RollbackFailed(record, error, decision):
-            transitions.fail_rollback(claim, record, error, decision)
+            failures.fail_rollback(claim, record, error, decision)
             logger.warning("procedure %s: rollback attempt %s failed: %s", claim.id, record.attempt, error,
                            extra=log_extra(claim))
             return Outcome.RETRIED if isinstance(decision, RetryDecision) else Outcome.FAILED
         case Interrupted(why, routine):
             return _interrupted(running, why, routine)
         case Parked(step_name, why):
-            transitions.park_interrupted(claim, step_name)
+            failures.park_interrupted(claim, step_name)
             running.effect_uncommitted = False
             logger.warning("procedure %s: %s during non-idempotent step %s; parked as failed (retry it by hand once "
                            "its effect is checked)", claim.id, why, step_name, extra=log_extra(claim))
@@ -145,7 +145,7 @@ def _steps_ended(running: RunningClaim, ended: StepsEnded) -> Outcome:
 
 def _failed(running: RunningClaim, ended: Failed) -> Outcome:
     claim = running.claim
-    transitions.fail_attempt(claim, ended.record, ended.error, ended.trace, ended.decision, rollback=ended.rollback,
+    failures.fail_attempt(claim, ended.record, ended.error, ended.trace, ended.decision, rollback=ended.rollback,
                              hand_off=ended.hand_off, at_step=ended.at_step)
     running.effect_uncommitted = False
     observe.step_failed(claim, ended.record, ended.exception)

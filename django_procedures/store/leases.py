@@ -15,11 +15,11 @@ from django.db.models import F
 from django_procedures import clock
 from django_procedures.models import ProcedureRun
 from django_procedures.policy.status import LEASED, RunStatus
-from django_procedures.store import transitions
+from django_procedures.store import failures
 from django_procedures.store.claim import Claim
 from django_procedures.store.db import db_now, db_now_plus, is_postgresql, sql_list
+from django_procedures.store.failures import LostAttempt
 from django_procedures.store.notify import notify
-from django_procedures.store.transitions import LostAttempt
 
 logger = logging.getLogger("django_procedures.store")
 
@@ -78,7 +78,7 @@ def sweep_expired(limit: int = 100) -> SweepReport:
     The old lease closes as ``expired`` and the lost attempt is recorded as a
     ``lost`` step. A procedure lost inside a non-idempotent step is parked
     ``failed`` instead of being re-run: a final transition, made through
-    ``transitions.park_interrupted`` in a transaction of its own (its schedule and
+    ``failures.park_interrupted`` in a transaction of its own (its schedule and
     parent are locked before its row, in the lock order). A row another
     transaction holds is skipped, never waited for (the next sweep sees it
     again); a park waits its turn for the schedule and parent rows, as a
@@ -128,7 +128,7 @@ def _resume_expired(limit: int) -> int:
                 status=RunStatus.READY, attempt=F("attempt") + 1, lost=F("lost") + 1,
                 lease_token=F("lease_token") + 1, lease_owner="", lease_expires_at=None)
             queues.add(row["queue"])
-            transitions.record_lost_attempt(_swept(row), _lost(row, now))
+            failures.record_lost_attempt(_swept(row), _lost(row, now))
             logger.warning("%s; resuming elsewhere", _message(row),
                            extra={"procedure_id": str(row["id"]), "lease_token": row["lease_token"]})
         notify(queues)
@@ -137,7 +137,7 @@ def _resume_expired(limit: int) -> int:
 
 def _park(row: dict[str, Any]) -> bool:
     """Park a run lost inside a non-idempotent step as ``failed`` (retryable by hand); False if it moved on."""
-    if not transitions.park_interrupted(_swept(row), row["step_name"], lost=_lost(row, clock.now())):
+    if not failures.park_interrupted(_swept(row), row["step_name"], lost=_lost(row, clock.now())):
         return False
     logger.warning("%s; parked as failed", _message(row),
                    extra={"procedure_id": str(row["id"]), "lease_token": row["lease_token"]})

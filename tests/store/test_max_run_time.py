@@ -116,13 +116,13 @@ def test_a_failing_recovery_sweep_does_not_stop_the_rest_of_the_maintenance_pass
 
 def test_a_manual_retry_starts_the_count_again():
     from django_procedures.policy.retry import FailDecision
-    from django_procedures.store import operations, transitions
+    from django_procedures.store import failures, operations
 
     s = make()
     tick(T0)
     held = start_run(T0)
     with clock.frozen_at(T0 + timedelta(seconds=5)):
-        transitions.fail_attempt(held, None, "boom", "", FailDecision("boom", manual_retry=True))
+        failures.fail_attempt(held, None, "boom", "", FailDecision("boom", manual_retry=True))
     with clock.frozen_at(T0 + 10 * LIMIT):  # long after the run first started
         operations.retry(ProcedureRun.objects.get(schedule=s).id, by="ops")
         assert maintain().timed_out == 0

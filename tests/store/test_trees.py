@@ -197,12 +197,12 @@ def test_a_worker_lost_during_a_rollback_is_recovered_like_any_other():
     from django.utils import timezone
 
     from django_procedures.policy.retry import FailDecision
-    from django_procedures.store import transitions
+    from django_procedures.store import failures
     from django_procedures.store.maintenance import maintain
 
     handle = Compensated.submit()
     (c,) = claim("w", type_names=[Compensated.type_name], limit=1, lease_seconds=30)
-    transitions.fail_attempt(c, None, "boom", "", FailDecision("boom", True), rollback=True)
+    failures.fail_attempt(c, None, "boom", "", FailDecision("boom", True), rollback=True)
     assert ProcedureRun.objects.get(id=handle.id).status == "rolling_back"
     ProcedureRun._writer.filter(id=handle.id).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert maintain().resumed == 1
@@ -264,9 +264,9 @@ def test_a_worker_lost_too_often_during_the_rollback_keeps_both_errors():
     handle = Compensated.submit()
     (c,) = claim("w", type_names=[Compensated.type_name], limit=1, lease_seconds=30)
     from django_procedures.policy.retry import FailDecision
-    from django_procedures.store import transitions
+    from django_procedures.store import failures, transitions
 
-    transitions.fail_attempt(c, None, "NonRetryable: the supplier said no", "", FailDecision("x", True), rollback=True)
+    failures.fail_attempt(c, None, "NonRetryable: the supplier said no", "", FailDecision("x", True), rollback=True)
     transitions.give_back(c)
     ProcedureRun._writer.filter(id=handle.id).update(lost=Compensated.retry.max_lost)
     drain()
