@@ -82,7 +82,7 @@ def commit_checkpoint(claim: Claim, records: Sequence[StepRecord], state: dict[s
     with ``ends_transaction`` (the executor: nothing follows it in the transaction)
     it goes alone when the transaction holds nothing else (``db.sole_statement``).
     """
-    with joined():
+    with joined(ends_transaction):
         if is_postgresql():
             with sole_statement(ends_transaction):
                 written = progress_sql.write_checkpoint(claim, records, state, next_step, progress=progress)
@@ -135,7 +135,7 @@ def complete(claim: Claim, records: Sequence[StepRecord], state: dict[str, Any],
         _committed(claim, records)
         return True
 
-    if not finish_one(ending, write, failed=False, signal=signals.procedure_done):
+    if not finish_one(ending, write, failed=False, signal=signals.procedure_done, alone=alone and bool(records)):
         raise lost(claim)
 
 
