@@ -253,3 +253,100 @@ def test_a_bad_sleep_inside_a_step_is_a_failed_attempt_saying_what_to_pass():
     handle.refresh()
     assert handle.status in ("retrying", "failed")
     assert handle.error
+
+
+def test_the_default_max_event_bytes_counts_json_text_in_bytes():
+    handle = Forever.submit({}, run_after=T0)
+    send_event(handle, "go", "x" * (1024 * 1024 - 2))  # exactly 1 MiB of JSON text with its quotes
+    with pytest.raises(ValueError):
+        send_event(handle, "go", "x" * (1024 * 1024 - 1))
+    with pytest.raises(ValueError):  # 600,000 characters, 1.2 MB of UTF-8
+        send_event(handle, "go", "é" * 600_000)
+
+
+def test_two_procedures_may_each_have_an_event_with_the_same_key():
+    one, two = Forever.submit({}, run_after=T0), Forever.submit({}, run_after=T0)
+    assert not send_event(one, "go", 1, key="same").duplicate
+    assert not send_event(two, "go", 2, key="same").duplicate
+    drain(now=T0)
+    assert (one.refresh().output, two.refresh().output) == (1, 2)
+
+
+def test_a_timeout_of_zero_takes_a_kept_event_or_times_out_at_once():
+    class ZeroWait(Procedure):
+        type_name = "acc.ZeroWait"
+
+        @step
+        def wait(self, ctx):
+            return Status.wait_for_event("go", timeout=0)
+
+        @step
+        def after(self, ctx):
+            return Status.done(output=ctx.event.payload if ctx.event else "none")
+
+    kept = ZeroWait.submit({}, run_after=T0)
+    send_event(kept, "go", "kept")
+    empty = ZeroWait.submit({}, run_after=T0)
+    drain(now=T0)
+    assert (kept.refresh().status, kept.output) == ("done", "kept")
+    assert (empty.refresh().status, empty.output) == ("done", "none")
+
+
+def test_sleep_takes_delay_by_keyword_and_a_past_until_wakes_at_once():
+    Status.sleep(delay=5)
+    Status.sleep(delay=timedelta(minutes=1))
+
+    class PastSleep(Procedure):
+        type_name = "acc.PastSleep"
+
+        @step
+        def first(self, ctx):
+            return Status.sleep(until=T0 - timedelta(days=1))
+
+        @step
+        def second(self, ctx):
+            return Status.done(output="woke")
+
+    handle = PastSleep.submit({}, run_after=T0)
+    drain(now=T0)
+    assert (handle.refresh().status, handle.output) == ("done", "woke")
+
+
+def test_events_are_taken_in_the_order_they_were_sent_one_per_wait():
+    class TwoWaits(Procedure):
+        type_name = "acc.TwoWaits"
+
+        @step
+        def w1(self, ctx):
+            return Status.wait_for_event("a", "b")
+
+        @step
+        def w2(self, ctx):
+            self.state["first"] = ctx.event.payload
+            return Status.wait_for_event("a", "b")
+
+        @step
+        def end(self, ctx):
+            return Status.done(output=[self.state["first"], ctx.event.payload])
+
+    handle = TwoWaits.submit({}, run_after=T0)
+    send_event(handle, "b", 1)
+    send_event(handle, "a", 2)
+    send_event(handle, "b", 3)
+    drain(now=T0)
+    assert (handle.refresh().status, handle.output) == ("done", [1, 2])
+
+
+def test_a_sleeping_procedure_is_cancelled_and_never_wakes():
+    handle = Trial.submit({}, run_after=T0)
+    drain(now=T0)
+    handle.cancel()
+    assert handle.refresh().status == "cancelled"
+    assert drain(now=T0 + timedelta(days=15)).claimed == 0
+    assert handle.refresh().status == "cancelled"
+
+
+def test_a_handle_of_a_ready_procedure_waits_for_nothing():
+    handle = Trial.submit({}, run_after=T0)
+    assert (handle.waiting_for, handle.wake_at) == (None, None)
+    assert tuple(handle.waiting_events) == ()
