@@ -350,3 +350,27 @@ def test_a_handle_of_a_ready_procedure_waits_for_nothing():
     handle = Trial.submit({}, run_after=T0)
     assert (handle.waiting_for, handle.wake_at) == (None, None)
     assert tuple(handle.waiting_events) == ()
+
+
+# PostgreSQL refuses a NUL character or a lone surrogate in text and jsonb with a DataError at the INSERT (which
+# also breaks the caller's transaction), where SQLite stored them: both are refused the same way before writing.
+@pytest.mark.parametrize("payload", [{"a": "x\x00y"}, "\ud800", {"k\x00": 1}, (1, 2)])
+def test_a_payload_the_database_cannot_keep_is_a_type_error_and_the_transaction_goes_on(payload):
+    handle = Forever.submit({}, run_after=T0)
+    with pytest.raises(TypeError):
+        send_event(handle, "go", payload)
+    send_event(handle, "go", "fine")  # the caller's transaction is still usable
+    drain(now=T0)
+    assert handle.refresh().output == "fine"
+
+
+@pytest.mark.parametrize("name", ["g\x00o", "go\ud800"])
+def test_an_event_name_the_database_cannot_keep_is_a_value_error(name):
+    handle = Forever.submit({}, run_after=T0)
+    with pytest.raises(ValueError):
+        send_event(handle, name)
+    with pytest.raises(ValueError):
+        Status.wait_for_event(name)
+    with pytest.raises(ValueError):
+        send_event(handle, "go", key=name)
+    send_event(handle, "go", "fine")
