@@ -25,6 +25,7 @@ from django_procedures import clock
 from django_procedures.exceptions import EventNotDelivered
 from django_procedures.models import Event, ProcedureRun, Step
 from django_procedures.policy.events import check_key, check_name, encode_payload
+from django_procedures.policy.state import text_problem
 from django_procedures.policy.status import FINAL, LeaseOutcome, RunStatus
 from django_procedures.policy.waiting import WaitingFor
 from django_procedures.store.claim import Claim
@@ -127,6 +128,8 @@ def _locked(procedure: uuid.UUID | str) -> tuple[Any, ...] | None:
         row = rows.filter(id=as_id).values_list(*fields).first()
         if row is not None or isinstance(procedure, uuid.UUID):
             return row
+    if text_problem(str(procedure)):  # no key holds a NUL or a lone surrogate (submit refuses them); PostgreSQL
+        return None                   # would raise DataError on the lookup, where SQLite found nothing
     return rows.filter(key=str(procedure)).values_list(*fields).first()
 
 

@@ -374,3 +374,12 @@ def test_an_event_name_the_database_cannot_keep_is_a_value_error(name):
     with pytest.raises(ValueError):
         send_event(handle, "go", key=name)
     send_event(handle, "go", "fine")
+
+
+@pytest.mark.parametrize("target", ["order\x00:1", "order\ud800", ""])
+def test_a_target_no_key_can_be_is_unknown_and_the_transaction_goes_on(target):
+    handle = Forever.submit({}, run_after=T0)
+    with pytest.raises(EventNotDelivered) as refused:
+        send_event(target, "go")
+    assert refused.value.reason == "unknown"
+    send_event(handle, "go", "fine")
