@@ -284,3 +284,12 @@ def test_rerun_from_code_of_a_lower_version_is_a_value_error():
 
 def test_only_improperly_configured_is_the_base_of_config_errors():
     assert issubclass(ProceduresConfigError, ImproperlyConfigured)
+
+
+def test_a_version_past_the_columns_range_is_a_config_error_and_the_largest_one_is_stored():
+    # ProcedureRun.version is a PositiveIntegerField: PostgreSQL's integer ends at 2**31 - 1, where SQLite's does not.
+    with pytest.raises(ProceduresConfigError):
+        bad_version_class(2**31)
+    largest = bad_version_class(2**31 - 1)
+    handle = largest.submit({})
+    assert ProcedureRun.objects.get(id=handle.id).version == 2**31 - 1
