@@ -123,7 +123,8 @@ def test_send_event_wakes_and_the_step_reads_the_payload():
     assert (handle.refresh().status, handle.output) == ("done", {"by": "ops"})
 
 
-@pytest.mark.parametrize("args", [("send-event", "order:none", "go"), ("send-event", "ORDER", "go", "--payload", "{")])
+@pytest.mark.parametrize("args", [("send-event", "order:none", "go"), ("send-event", "ORDER", "go", "--payload", "{"),
+                                  ("send-event", "ORDER", "go", "--payload", '"\\u0000"')])
 def test_send_event_refusals_are_one_line_exit_1(args):
     Waits.submit({}, key="ORDER")
     result = cli(*args)
