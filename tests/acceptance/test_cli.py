@@ -191,3 +191,11 @@ def test_ages_in_iso_form_are_utc():
     ids = failed()
     past = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
     assert cli("list", "--since", past, "--json").json()["procedures"][0]["id"] == ids[0]
+
+
+def test_the_help_names_every_subcommand():
+    from django.core.management import load_command_class
+
+    command = load_command_class("django_procedures", "procedures")
+    for name in ("list", "show", "retry", "cancel", "rerun", "send-event", "workers", "stats", "schedules"):
+        assert name in command.help
