@@ -383,3 +383,52 @@ def test_a_target_no_key_can_be_is_unknown_and_the_transaction_goes_on(target):
         send_event(target, "go")
     assert refused.value.reason == "unknown"
     send_event(handle, "go", "fine")
+
+
+class CopyData(Procedure):
+    type_name = "acc.CopyData"
+
+    @step
+    def copy(self, ctx):
+        self.state["copied"] = True
+        if self.state.get("signal"):  # the contract is signed while the copy runs
+            send_event(self.state["signal"], "signed")
+
+
+class Onboarding(Procedure):
+    type_name = "acc.Onboarding"
+
+    @step
+    def start(self, ctx):
+        return Status.suspended([CopyData(state={"account": self.state["account"],
+                                                 "signal": self.state.get("signal")})])
+
+    @step
+    def await_signature(self, ctx):
+        return Status.wait_for_event("signed", timeout=timedelta(days=30))
+
+    @step
+    def welcome(self, ctx):
+        self.state["signed"] = ctx.event is not None
+        return Status.done(output=self.state["signed"])
+
+
+@pytest.mark.parametrize("when", ["before", "while_children_run", "after"])
+def test_the_onboarding_example_takes_the_event_whenever_it_comes(when):
+    signal = "onboarding:7" if when == "while_children_run" else None
+    handle = Onboarding.submit({"account": 7, "signal": signal}, key="onboarding:7", run_after=T0)
+    if when == "before":
+        send_event("onboarding:7", "signed")
+    drain(now=T0)
+    if when == "after":
+        assert handle.refresh().waiting_for == "event"
+        send_event("onboarding:7", "signed")
+        drain(now=T0)
+    assert (handle.refresh().status, handle.output) == ("done", True)
+
+
+def test_the_onboarding_example_times_out_after_thirty_days():
+    handle = Onboarding.submit({"account": 8}, key="onboarding:8", run_after=T0)
+    drain(now=T0)
+    drain(now=T0 + timedelta(days=30))
+    assert (handle.refresh().status, handle.output) == ("done", False)
