@@ -199,3 +199,24 @@ def test_the_help_names_every_subcommand():
     command = load_command_class("django_procedures", "procedures")
     for name in ("list", "show", "retry", "cancel", "rerun", "send-event", "workers", "stats", "schedules"):
         assert name in command.help
+
+
+def test_filters_touch_at_most_limit_procedures_newest_first():
+    ids = failed(3)
+    assert cli("retry", "--failed", "--type", "acc.Fails", "--limit", "2").code == 0
+    assert status(ids[0]) == "failed"  # the oldest is past the limit
+    assert status(ids[1]) != "failed" and status(ids[2]) != "failed"
+
+
+def test_cancel_by_filters_with_a_limit():
+    handles = [Waits.submit({}) for _ in range(3)]
+    drain()
+    assert cli("cancel", "--type", "acc.Waits", "--limit", "2", "--yes").code == 0
+    assert [status(h.id) for h in handles] == ["waiting", "cancelled", "cancelled"]
+
+
+def test_rerun_final_by_filters_with_a_limit():
+    ids = failed(3)
+    assert cli("rerun", "--final", "--status", "failed", "--type", "acc.Fails", "--limit", "1").code == 0
+    assert list(ProcedureRun.objects.filter(rerun_of__isnull=False).values_list("rerun_of_id", flat=True)) == [
+        uuid.UUID(ids[2])]
