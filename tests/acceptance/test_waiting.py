@@ -432,3 +432,21 @@ def test_the_onboarding_example_times_out_after_thirty_days():
     drain(now=T0)
     drain(now=T0 + timedelta(days=30))
     assert (handle.refresh().status, handle.output) == ("done", False)
+
+
+def test_an_event_sent_from_a_step_under_drain_is_sent_at_drains_clock():
+    class Sender(Procedure):
+        type_name = "acc.Sender"
+
+        @step
+        def send(self, ctx):
+            send_event("refund:9", "approved")
+
+    refund = Refund.submit({"order": 9}, key="refund:9", run_after=T0)
+    drain(now=T0)
+    Sender.submit({}, run_after=T0 + timedelta(hours=1))
+    drain(now=T0 + timedelta(hours=1))
+    drain(now=T0 + timedelta(hours=1))
+    run = refund.refresh().run
+    assert (refund.status, run.state["payload"], run.state["sent_at"]) == (
+        "done", None, (T0 + timedelta(hours=1)).isoformat())
