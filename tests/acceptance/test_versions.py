@@ -293,3 +293,33 @@ def test_a_version_past_the_columns_range_is_a_config_error_and_the_largest_one_
     largest = bad_version_class(2**31 - 1)
     handle = largest.submit({})
     assert ProcedureRun.objects.get(id=handle.id).version == 2**31 - 1
+
+
+def test_a_failed_attempt_keeps_the_old_state_and_version_and_the_next_claim_upgrades_again():
+    (handle,) = park_v1("acc.Again")
+    calls = []
+
+    class Again(Procedure):
+        type_name = "acc.Again"
+        version = 2
+
+        def upgrade_state(self, state, from_version):
+            calls.append(from_version)
+            state["cents"] = round(state["amount"] * 100)
+            return state
+
+        @step
+        def prepare(self, ctx): ...
+
+        @step
+        def charge(self, ctx):
+            if len(calls) == 1:
+                raise RuntimeError("flaky")
+            self.state["charged"] = self.state["cents"]
+
+    drain(now=LATER)
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert run.status == "retrying" and run.version == 1 and "cents" not in run.state
+    drain(now=LATER + timedelta(days=1))
+    run = ProcedureRun.objects.get(id=handle.id)
+    assert (run.status, run.version, run.state["charged"], calls) == ("done", 2, 1250, [1, 1])
