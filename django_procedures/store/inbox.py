@@ -93,13 +93,13 @@ def send(procedure: uuid.UUID | str, name: str, payload: Any = None, *, key: str
             raise EventNotDelivered(f"send_event: no procedure has the id or key {str(procedure)!r}",
                                     reason="unknown")
         pid, status, waiting_for, names, step, step_name, queue = row
-        if status in FINAL:
-            raise EventNotDelivered(f"send_event: procedure {pid} is {status}; it takes no more events",
-                                    reason="final", procedure_id=pid)
-        if key is not None:
+        if key is not None:  # before the final check: a retried delivery after the procedure ended is harmless too
             earlier = Event._writer.filter(procedure_id=pid, key=key).values_list("id", "name", "consumed_at").first()
             if earlier is not None:
                 return Sent(earlier[0], pid, earlier[1], delivered=False, duplicate=True, status=status)
+        if status in FINAL:
+            raise EventNotDelivered(f"send_event: procedure {pid} is {status}; it takes no more events",
+                                    reason="final", procedure_id=pid)
         if Event._writer.filter(procedure_id=pid, consumed_at__isnull=True)[:limit].count() >= limit:
             raise EventNotDelivered(
                 f"send_event: procedure {pid} already has {limit} events that no wait has taken "

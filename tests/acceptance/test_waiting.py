@@ -450,3 +450,18 @@ def test_an_event_sent_from_a_step_under_drain_is_sent_at_drains_clock():
     run = refund.refresh().run
     assert (refund.status, run.state["payload"], run.state["sent_at"]) == (
         "done", None, (T0 + timedelta(hours=1)).isoformat())
+
+
+def test_a_retried_delivery_after_the_procedure_finished_is_a_harmless_duplicate():
+    # docs/waiting.md's webhook: "The provider's delivery id as key makes a retried delivery harmless"; the
+    # webhook answers 409 to EventNotDelivered(reason="final"), so a repeat of a delivered key must not raise it.
+    handle = Refund.submit({"order": 5}, key="refund:5", run_after=T0)
+    drain(now=T0)
+    first = send_event("refund:5", "approved", {"amount": 1}, key="delivery-1")
+    drain(now=T0)
+    assert handle.refresh().status == "done"
+    again = send_event("refund:5", "approved", {"amount": 1}, key="delivery-1")
+    assert again.duplicate and again.event_id == first.event_id and again.status == "done"
+    with pytest.raises(EventNotDelivered) as refused:  # a new delivery is refused
+        send_event("refund:5", "approved", {"amount": 1}, key="delivery-2")
+    assert refused.value.reason == "final"
