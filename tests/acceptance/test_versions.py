@@ -85,7 +85,7 @@ def test_upgrade_state_changes_the_shape_and_the_checkpoint_records_the_new_vers
     assert (run.status, run.version, run.state.get("charged"), seen) == ("done", 2, 1250, [1])
 
 
-@pytest.mark.parametrize("bad", ["raise", "list", "none"])
+@pytest.mark.parametrize("bad", ["raise", "list", "none", "not json"])
 def test_upgrade_state_raising_or_not_a_dict_fails_that_run_retryable_and_spares_others(bad):
     broken, fine = park_v1(count=2)
 
@@ -97,6 +97,8 @@ def test_upgrade_state_raising_or_not_a_dict_fails_that_run_retryable_and_spares
             if state["i"] == 0:
                 if bad == "raise":
                     raise KeyError("amount")
+                if bad == "not json":
+                    return {**state, "when": datetime(2030, 1, 1)}
                 return [] if bad == "list" else None
             return state
 
