@@ -220,3 +220,24 @@ def test_rerun_final_by_filters_with_a_limit():
     assert cli("rerun", "--final", "--status", "failed", "--type", "acc.Fails", "--limit", "1").code == 0
     assert list(ProcedureRun.objects.filter(rerun_of__isnull=False).values_list("rerun_of_id", flat=True)) == [
         uuid.UUID(ids[2])]
+
+
+def test_rerun_of_a_type_this_code_lacks_is_refused_up_front_in_one_line():
+    from django_procedures.testing import isolated_registry
+
+    with isolated_registry():
+        class Gone(Procedure):
+            type_name = "acc.Gone"
+
+            @step
+            def only(self, ctx):
+                raise NonRetryable("x")
+
+        handle = Gone.submit({})
+        drain()
+    (bad,) = failed()
+    result = cli("rerun", bad, str(handle.id))
+    assert result.code == 1 and one_line(result) and "acc.Gone" in result.err and result.out == ""
+    assert not ProcedureRun.objects.filter(rerun_of__isnull=False).exists()  # all or nothing
+    dry = cli("rerun", "--final", "--dry-run")
+    assert dry.code == 0 and "acc.Gone" in dry.out + dry.err
