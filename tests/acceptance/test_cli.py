@@ -241,3 +241,16 @@ def test_rerun_of_a_type_this_code_lacks_is_refused_up_front_in_one_line():
     assert not ProcedureRun.objects.filter(rerun_of__isnull=False).exists()  # all or nothing
     dry = cli("rerun", "--final", "--dry-run")
     assert dry.code == 0 and "acc.Gone" in dry.out + dry.err
+
+
+def test_show_lists_events_and_says_an_untaken_one_of_a_finished_procedure_was_never_consumed():
+    handle = Waits.submit({}, key="order:9")
+    drain()
+    assert cli("send-event", "order:9", "other").code == 0
+    assert cli("send-event", "order:9", "approved").code == 0
+    drain()
+    lines = cli("show", str(handle.id)).out.splitlines()
+    other = next(line for line in lines if " other " in line)
+    approved = next(line for line in lines if " approved " in line)
+    assert other.rstrip().endswith("never") and "(step 1)" in approved
+    assert [e["name"] for e in cli("show", str(handle.id), "--json").json()["events"]] == ["other", "approved"]
