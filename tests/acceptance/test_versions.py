@@ -325,3 +325,31 @@ def test_a_failed_attempt_keeps_the_old_state_and_version_and_the_next_claim_upg
     drain(now=LATER + timedelta(days=1))
     run = ProcedureRun.objects.get(id=handle.id)
     assert (run.status, run.version, run.state["charged"], calls) == ("done", 2, 1250, [1, 1])
+
+
+def test_children_of_a_suspension_and_scheduled_runs_carry_their_classs_version():
+    from django_procedures import register_schedule, tick
+
+    class Child(Procedure):
+        type_name = "acc.VChild"
+        version = 4
+
+        @step
+        def only(self, ctx): ...
+
+    class Parent(Procedure):
+        type_name = "acc.VParent"
+        version = 2
+
+        @step
+        def spawn(self, ctx):
+            return Status.suspended([Child(state={})])
+
+    Parent.submit({})
+    drain()
+    assert ProcedureRun.objects.get(type_name="acc.VChild").version == 4
+    assert ProcedureRun.objects.get(type_name="acc.VParent").version == 2
+    register_schedule("acc-versioned", Child, period=timedelta(hours=1))
+    tick()
+    assert set(ProcedureRun.objects.filter(type_name="acc.VChild").values_list("version", flat=True)) == {4}
+    assert ProcedureRun.objects.filter(type_name="acc.VChild").count() == 2
