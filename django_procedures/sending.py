@@ -17,7 +17,9 @@ def send_event(procedure: ProcedureHandle | uuid.UUID | str, name: str, payload:
     waiting for ``name`` is made ready in that transaction; otherwise the event
     is kept, in order, until a wait for its name takes it. A ``key`` makes the
     send idempotent per procedure (a second send with it returns the first
-    event, ``duplicate=True``). ``TypeError`` for a payload that is not JSON,
+    event, ``duplicate=True``, even once the procedure has finished).
+    ``TypeError`` for a payload that is not JSON (or that the database would
+    not keep as sent: a NUL character, a lone surrogate, a tuple),
     ``ValueError`` for one past ``PROCEDURES["MAX_EVENT_BYTES"]`` or an empty or
     over-long name; :class:`~django_procedures.exceptions.EventNotDelivered`
     for an unknown or final procedure, or one with

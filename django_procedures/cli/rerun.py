@@ -47,6 +47,9 @@ def run(options: dict[str, Any], out: Output) -> None:
     from_step = options["from_step"]
     refusals = {r.id: f"it is {r.status}, not final: only a final procedure is re-run" for r in runs
                 if r.status not in FINAL}
+    for r in runs:  # the store would refuse these one by one after the others had been re-run
+        if r.id not in refusals and not _known(r.type_name):
+            refusals[r.id] = f"no procedure class is registered as {r.type_name!r} in this code"
     if from_step is not None:
         for r in runs:
             steps = step_names(r.type_name)
@@ -60,6 +63,8 @@ def run(options: dict[str, Any], out: Output) -> None:
     if not chosen:
         raise Refused(f"none of the {len(runs)} matching procedures can be re-run; nothing was re-run")
     if options["dry_run"]:
+        for pid, why in refusals.items():  # as retry's dry run says them, and as the real re-run would
+            out.note(f"left alone: procedure {pid}: {why}")
         bulk.report_plan(out, "rerun", chosen, refusals, {r.id: f"from {from_step or 'the first step'}"
                                                           for r in chosen})
         return
@@ -79,6 +84,14 @@ def run(options: dict[str, Any], out: Output) -> None:
     failed = [r for r in results if not r.ok]
     if failed:
         raise Refused(f"{len(failed)} procedure(s) were refused by the store; see above")
+
+
+def _known(type_name: str) -> bool:
+    try:
+        registry.get(type_name)
+    except UnknownProcedureType:
+        return False
+    return True
 
 
 def _renamed(type_name: str, name: str) -> bool:

@@ -11,6 +11,7 @@ from django_procedures import clock
 from django_procedures.cli.common import ago, procedure_id, when
 from django_procedures.cli.output import Output, Refused
 from django_procedures.models import Event, Lease, ProcedureRun, Step
+from django_procedures.policy.status import FINAL
 
 HELP = "Show one procedure: its tree, steps with attempts and durations, leases, events, error and traceback."
 #: Most tree members, step attempts, leases and events read (a procedure can have many of each).
@@ -121,9 +122,10 @@ def run(options: dict[str, Any], out: Output) -> None:
         out.line("no leases")
     if doc["events"]:
         out.line()
+        unconsumed = "never" if p["status"] in FINAL else "not yet"  # as the admin's page says it
         out.table(["event", "name", "sent", "by", "consumed"],
                   [[str(e["id"]), e["name"], when(e["sent_at"]), e["sent_by"] or "-",
-                    f"{when(e['consumed_at'])} (step {e['consumed_step']})" if e["consumed_at"] else "not yet"]
+                    f"{when(e['consumed_at'])} (step {e['consumed_step']})" if e["consumed_at"] else unconsumed]
                    for e in doc["events"]])
     for label, text in (("error", p["error"]), ("rollback error", p["rollback_error"]),
                         ("traceback", p["traceback"])):

@@ -14,6 +14,7 @@ from typing import Any
 
 from django_procedures.policy.durations import seconds_of
 from django_procedures.policy.schedule_args import MAX_DURATION
+from django_procedures.policy.state import find_problem, text_problem
 
 #: ``Event.name``'s column: a name longer than this is refused (``ValueError``).
 MAX_NAME_LENGTH = 100
@@ -33,6 +34,9 @@ def check_name(name: object, *, where: str = "send_event") -> str:
     if len(name) > MAX_NAME_LENGTH:
         raise ValueError(f"{where}: an event name is at most {MAX_NAME_LENGTH} characters; got {len(name)} "
                          f"({name[:40]!r}...)")
+    problem = text_problem(name)
+    if problem:  # PostgreSQL's text refuses it at the INSERT (SQLite stores it): refused alike, before writing
+        raise ValueError(f"{where}: the event name {name[:40]!r} {problem}")
     return name
 
 
@@ -44,6 +48,9 @@ def check_key(key: object) -> str | None:
         raise TypeError(f"send_event(key=...) takes a string; got {type(key).__name__}")
     if not key or len(key) > MAX_KEY_LENGTH:
         raise ValueError(f"send_event(key=...) is 1 to {MAX_KEY_LENGTH} characters; got {len(key)}")
+    problem = text_problem(key)
+    if problem:
+        raise ValueError(f"send_event(key=...) {problem}")
     return key
 
 
@@ -79,6 +86,9 @@ def encode_payload(payload: Any, max_bytes: int) -> str:
     except (TypeError, ValueError) as error:
         raise TypeError(f"send_event's payload must be JSON (dicts, lists, strings, numbers, booleans, None): "
                         f"{error}") from None
+    problem = find_problem(payload, "payload")
+    if problem:  # text json.dumps writes but jsonb refuses (NUL, a lone surrogate), or a tuple that comes back a list
+        raise TypeError(f"send_event's payload must be JSON that the database keeps as sent: {problem}")
     size = len(text.encode())
     if size > max_bytes:
         raise ValueError(f"send_event's payload is {size} bytes of JSON, past PROCEDURES['MAX_EVENT_BYTES'] = "

@@ -43,7 +43,8 @@ def _int_bound(digits: int) -> int:
     return 10**digits
 
 
-def _text_problem(text: str) -> str | None:
+def text_problem(text: str) -> str | None:
+    """Why PostgreSQL would refuse ``text`` in a ``jsonb`` or text column (SQLite stores it), or None."""
     if "\x00" in text:
         return "contains a NUL character (\\u0000), which JSON in the database cannot hold"
     if _SURROGATE.search(text):
@@ -76,7 +77,7 @@ def find_problem(value: Any, path: str = "state") -> str | None:
                         "write as JSON; store it as a string")
             continue
         if isinstance(item, str):
-            problem = _text_problem(item)
+            problem = text_problem(item)
             if problem:
                 return f"{where} {problem}"
             continue
@@ -95,7 +96,7 @@ def find_problem(value: Any, path: str = "state") -> str | None:
                         f"{where} has the key {key!r} of type {type(key).__name__}; "
                         "JSON object keys must be strings"
                     )
-                problem = _text_problem(key)
+                problem = text_problem(key)
                 if problem:
                     return f"{where} has a key that {problem}"
                 stack.append((f"{where}[{key!r}]", sub, depth + 1))

@@ -9,12 +9,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+#: ``ProcedureRun.version``'s column (PostgreSQL's ``integer``): a larger version could not be stored.
+MAX_VERSION = 2**31 - 1
+
 
 def check_version(version: Any, where: str) -> int:
-    """``version`` if it is an int of at least 1; else a ``ValueError`` saying what to write."""
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ValueError(f"{where}.version must be an int of at least 1 (raise it by one when the steps or the "
-                         f"state's shape change); got {version!r}")
+    """``version`` if it is an int from 1 to :data:`MAX_VERSION`; else a ``ValueError`` saying what to write."""
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION:
+        raise ValueError(f"{where}.version must be an int from 1 to {MAX_VERSION} (raise it by one when the steps "
+                         f"or the state's shape change); got {version!r}")
     return version
 
 

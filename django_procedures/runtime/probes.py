@@ -8,6 +8,7 @@ answers 404 saying so, and the health endpoints work the same.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import threading
@@ -72,8 +73,10 @@ class ProbeServer:
         try:
             self.server = _Server((host, port), _Handler)
         except OSError as error:
-            raise OSError(error.errno, f"cannot serve metrics on {host}:{port}: {error.strerror or error} (is "
-                          "another process using that port? choose another with --metrics-port)") from error
+            hint = ("is another process using that port? choose another with --metrics-port"
+                    if error.errno == errno.EADDRINUSE else "check --metrics-host and --metrics-port")
+            raise OSError(error.errno, f"cannot serve metrics on {host}:{port}: {error.strerror or error} "
+                          f"({hint})") from error
         self.server.health, self.server.metrics = health, metrics
         self.host, self.port = str(self.server.server_address[0]), int(self.server.server_address[1])
         self.thread = threading.Thread(target=self.server.serve_forever, name="procedures-http", daemon=True)

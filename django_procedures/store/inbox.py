@@ -25,6 +25,7 @@ from django_procedures import clock
 from django_procedures.exceptions import EventNotDelivered
 from django_procedures.models import Event, ProcedureRun, Step
 from django_procedures.policy.events import check_key, check_name, encode_payload
+from django_procedures.policy.state import text_problem
 from django_procedures.policy.status import FINAL, LeaseOutcome, RunStatus
 from django_procedures.policy.waiting import WaitingFor
 from django_procedures.store.claim import Claim
@@ -92,13 +93,13 @@ def send(procedure: uuid.UUID | str, name: str, payload: Any = None, *, key: str
             raise EventNotDelivered(f"send_event: no procedure has the id or key {str(procedure)!r}",
                                     reason="unknown")
         pid, status, waiting_for, names, step, step_name, queue = row
-        if status in FINAL:
-            raise EventNotDelivered(f"send_event: procedure {pid} is {status}; it takes no more events",
-                                    reason="final", procedure_id=pid)
-        if key is not None:
+        if key is not None:  # before the final check: a retried delivery after the procedure ended is harmless too
             earlier = Event._writer.filter(procedure_id=pid, key=key).values_list("id", "name", "consumed_at").first()
             if earlier is not None:
                 return Sent(earlier[0], pid, earlier[1], delivered=False, duplicate=True, status=status)
+        if status in FINAL:
+            raise EventNotDelivered(f"send_event: procedure {pid} is {status}; it takes no more events",
+                                    reason="final", procedure_id=pid)
         if Event._writer.filter(procedure_id=pid, consumed_at__isnull=True)[:limit].count() >= limit:
             raise EventNotDelivered(
                 f"send_event: procedure {pid} already has {limit} events that no wait has taken "
@@ -127,6 +128,8 @@ def _locked(procedure: uuid.UUID | str) -> tuple[Any, ...] | None:
         row = rows.filter(id=as_id).values_list(*fields).first()
         if row is not None or isinstance(procedure, uuid.UUID):
             return row
+    if text_problem(str(procedure)):  # no key holds a NUL or a lone surrogate (submit refuses them); PostgreSQL
+        return None                   # would raise DataError on the lookup, where SQLite found nothing
     return rows.filter(key=str(procedure)).values_list(*fields).first()
 
 

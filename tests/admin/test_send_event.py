@@ -100,6 +100,7 @@ def test_another_name_is_kept_and_said_so(sender_client):
     ({"other_name": "approved", "payload": "{not json"}, "The payload is not JSON"),
     ({"other_name": "", "name": "", "payload": "1"}, "must not be empty"),
     ({"other_name": "x" * 101, "payload": "1"}, "at most 100 characters"),
+    ({"other_name": "approved", "payload": '{"a": "\\u0000"}'}, "NUL character"),  # was a 500 on PostgreSQL
 ])
 def test_bad_input_is_shown_on_the_form_and_nothing_is_sent(sender_client, data, problem):
     handle = waiting()

@@ -21,7 +21,7 @@ def test_versions_that_are_ints_of_at_least_one(version):
 
 @pytest.mark.parametrize("version", [0, -1, 1.0, "2", None, True])
 def test_anything_else_is_refused_saying_what_to_write(version):
-    with pytest.raises(ValueError, match=r"Job.version must be an int of at least 1 .*; got "):
+    with pytest.raises(ValueError, match=r"Job.version must be an int from 1 to 2147483647 .*; got "):
         check_version(version, "Job")
 
 

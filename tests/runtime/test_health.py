@@ -99,6 +99,13 @@ def test_a_port_in_use_is_an_os_error_that_says_so():
         first.close()
 
 
+
+def test_an_address_that_cannot_be_used_names_the_host_not_a_port_in_use():
+    # 192.0.2.1 (TEST-NET-1) is no address of this machine: the bind fails with EADDRNOTAVAIL, not EADDRINUSE.
+    with pytest.raises(OSError, match=r"cannot serve metrics on 192\.0\.2\.1:0: .*check --metrics-host") as refused:
+        ProbeServer(Health(), "192.0.2.1", 0)
+    assert "another process" not in str(refused.value)
+
 def test_a_stalled_event_loop_fails_liveness_naming_the_step_that_blocks_it():
     from django_procedures.runtime.loop_watch import LoopStall
     from django_procedures.runtime.worker_health import worker_health

@@ -26,9 +26,9 @@ def run_of(handle):
 
 
 @pytest.mark.parametrize(("attributes", "fragment"), [
-    ({"version": 0}, "Bad.version must be an int of at least 1"),
-    ({"version": "2"}, "Bad.version must be an int of at least 1"),
-    ({"version": True}, "Bad.version must be an int of at least 1"),
+    ({"version": 0}, "Bad.version must be an int from 1 to 2147483647"),
+    ({"version": "2"}, "Bad.version must be an int from 1 to 2147483647"),
+    ({"version": True}, "Bad.version must be an int from 1 to 2147483647"),
     ({"renamed_steps": {"old": "gone"}}, "maps 'old' to 'gone', which is not a step of Bad"),
     ({"renamed_steps": {"one": "two"}}, "maps 'one', which is still a step of Bad"),
     ({"renamed_steps": ["old", "one"]}, "renamed_steps must be a dict of step names"),

@@ -23,7 +23,7 @@ def subcommand(name: str) -> ModuleType:
 
 
 class Command(BaseCommand):
-    help = "Operate procedures from a shell: list, show, retry, cancel, workers, stats, schedules."
+    help = "Operate procedures from a shell: list, show, retry, cancel, rerun, send-event, workers, stats, schedules."
 
     def add_arguments(self, parser: CommandParser) -> None:
         commands = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
