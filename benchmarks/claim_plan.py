@@ -394,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         from django.db import connection
 
         from django_procedures.models import ProcedureRun
-        from django_procedures.store.claim import claim, next_due, unknown_types
+        from django_procedures.store.claim import claim, unknown_types
+        from django_procedures.store.due import next_due
         from django_procedures.store.leases import sweep_expired
 
         table = ProcedureRun._meta.db_table

@@ -13,7 +13,7 @@ from django_procedures import clock, registry
 from django_procedures.conf import conf
 from django_procedures.runtime.executor import Outcome, RunningClaim, execute
 from django_procedures.store import claim as claims
-from django_procedures.store import timers
+from django_procedures.store import due, timers
 from django_procedures.store.maintenance import maintain
 
 #: Claim passes ``drain()`` makes again when something due was not claimed (see there).
@@ -56,7 +56,7 @@ def drain(queues: Sequence[str] | None = None, now: datetime | None = None) -> D
                 # nothing else is left: not a wake pass per claim.
                 if timers.wake_due():
                     continue
-                next_due = claims.next_due(type_names=types, queues=queues)
+                next_due = due.next_due(type_names=types, queues=queues)
                 # The claim skips rows another transaction holds for an instant (a handle.wait() marking its
                 # procedure, say): something due now that was not claimed is looked for again, a few times.
                 if looked_again < _LOOK_AGAIN and next_due is not None and next_due <= clock.now():

@@ -45,7 +45,8 @@ from django_procedures.runtime.wakeup import Waker
 from django_procedures.runtime.worker_health import worker_health
 from django_procedures.runtime.worker_row import WorkerRow
 from django_procedures.store import timers
-from django_procedures.store.claim import claim, due_times
+from django_procedures.store.claim import claim
+from django_procedures.store.due import due_times
 from django_procedures.store.listening import listens
 from django_procedures.store.maintenance import maintain
 from django_procedures.store.schedules import sync_declared

@@ -135,7 +135,7 @@ def test_a_checkpoint_and_a_completion_find_their_row_by_primary_key(analyze):
 def test_next_due_is_the_earliest_ready_or_retrying_run_of_the_types_and_queues_asked_for():
     from datetime import UTC, datetime, timedelta
 
-    from django_procedures.store.claim import next_due
+    from django_procedures.store.due import next_due
 
     t0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
     ThreeSteps.submit(run_after=t0 + timedelta(hours=3))

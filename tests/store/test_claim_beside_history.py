@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 
 from django_procedures.models import ProcedureRun
-from django_procedures.store import claim
+from django_procedures.store import claim, due
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -66,5 +66,5 @@ def test_a_claim_does_not_read_the_finished_runs_of_its_types(history_the_statis
 
 def test_next_due_does_not_read_the_finished_runs_of_its_types(history_the_statistics_never_saw):
     before = _fetched()
-    assert claim.next_due(type_names=[MINE], queues=["default"]) is not None
+    assert due.next_due(type_names=[MINE], queues=["default"]) is not None
     assert _fetched() - before <= LATER + 3, "next_due read its type's finished history"

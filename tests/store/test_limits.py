@@ -10,7 +10,8 @@ from django.utils import timezone
 from django_procedures.models import Lease, LimitSlot, LimitUse, ProcedureRun
 from django_procedures.runtime.executor import RunningClaim, execute
 from django_procedures.store import limits as flow
-from django_procedures.store.claim import claim, due_times
+from django_procedures.store.claim import claim
+from django_procedures.store.due import due_times
 from django_procedures.store.leases import sweep_expired
 from django_procedures.testing import drain
 from testproject.testapp.procedures import Limited, ThreeSteps

@@ -128,7 +128,7 @@ def test_prune_never_deletes_a_sleeping_procedure():
 def test_no_wake_pass_per_claim_only_when_a_sleeper_can_be_due(monkeypatch):
     """A wake pass is a statement: drain() runs one first and one when nothing is left, not one per claim; and
     the due times tell a ready run (claimed as it is) from a sleeper's wake time (worth a wake pass)."""
-    from django_procedures.store import claim
+    from django_procedures.store import due
     from testproject.testapp.procedures import ThreeSteps
 
     passes, real = [], timers.wake_due
@@ -138,5 +138,5 @@ def test_no_wake_pass_per_claim_only_when_a_sleeper_can_be_due(monkeypatch):
     assert len(passes) == 3, passes  # the sweep, the start and the end; it was one per claim: 7
 
     ThreeSteps.submit({})
-    times = claim.due_times(type_names=[ThreeSteps.type_name])
+    times = due.due_times(type_names=[ThreeSteps.type_name])
     assert times.run_at is not None and times.wake_at is None and times.earliest == times.run_at

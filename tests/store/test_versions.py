@@ -9,7 +9,8 @@ from django.test.utils import CaptureQueriesContext
 from django_procedures import LockKey, Procedure, RetryPolicy, Status, clock, register_schedule, step, tick
 from django_procedures.exceptions import ProceduresConfigError
 from django_procedures.models import ProcedureRun, Step
-from django_procedures.store.claim import claim, newer_versions, next_due
+from django_procedures.store.claim import claim, newer_versions
+from django_procedures.store.due import next_due
 from django_procedures.testing import drain, isolated_registry
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
