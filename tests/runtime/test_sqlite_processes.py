@@ -113,7 +113,7 @@ def test_limits_hold_with_a_worker_on_sqlite(sqlite_file, workers: Workers):
     # One at a time: each step's enter and exit rows, in the order they were numbered, never interleave.
     rows = query(sqlite_file, "SELECT step FROM testapp_effect WHERE step IN ('enter', 'exit') ORDER BY id")
     assert [r[0] for r in rows] == ["enter", "exit"] * len(ids)
-    assert query(sqlite_file, "SELECT coalesce(sum(in_use), 0) FROM django_procedures_limituse") == [(0,)]
+    assert query(sqlite_file, "SELECT count(*) FROM django_procedures_limitslot WHERE holder_id IS NOT NULL") == [(0,)]
 
 
 def test_async_steps_run_on_a_sqlite_worker(sqlite_file, tmp_path, workers: Workers):
