@@ -74,17 +74,23 @@ def next_due(*, type_names: Sequence[str], queues: Sequence[str] | None = None,
 
 
 # What due_times' ORM query asks, as a statement prepared once per connection; see TYPE_IN: its cost follows
-# the backlog, not the history. Ordered and limited rather than min(): with the version filter the planner no
-# longer turned min() into reading procedures_due_idx up to the first match, but scanned every pending row.
-# A run with limits that is due already is left to store.limits.waiting (only when there is one: the third
-# column, from procedures_limited_claim_idx, or the claim index for a queue with limits).
+# the backlog, not the history. A due unlimited row is found in claim order (procedures_claim_idx), a future
+# row in run_at order from now (procedures_due_idx): neither reads the due rows with limits at the front of a
+# queue, which are left to store.limits.waiting (only when there is one: the third column, from
+# procedures_limited_claim_idx, or the claim index for a queue with limits). Ordered and limited rather than
+# min(): with the version filter the planner no longer turned min() into an index read up to the first match.
 _PG_DUE_TIMES = f"""
-    SELECT (
+    SELECT LEAST((
         SELECT run_at FROM {{run}}
-        WHERE status IN ({sql_list(CLAIMABLE)}) AND NOT waiting_for_keys AND {TYPE_IN} {VERSION_OK} {{queue_filter}}
-          AND ((limits IS NULL {{not_limited_queue}}) OR run_at > %(now)s)
+        WHERE status IN ({sql_list(CLAIMABLE)}) AND limits IS NULL AND run_at <= %(now)s AND NOT waiting_for_keys
+          AND {TYPE_IN} {VERSION_OK} {{queue_filter}} {{not_limited_queue}}
+        ORDER BY priority DESC, run_at LIMIT 1
+    ), (
+        SELECT run_at FROM {{run}}
+        WHERE status IN ({sql_list(CLAIMABLE)}) AND run_at > %(now)s AND NOT waiting_for_keys AND {TYPE_IN}
+          {VERSION_OK} {{queue_filter}}
         ORDER BY run_at LIMIT 1
-    ), (  -- procedures_wake_idx
+    )), (  -- procedures_wake_idx
         SELECT min(wake_at) FROM {{run}} WHERE status = '{RunStatus.WAITING}' AND wake_at IS NOT NULL
     ), EXISTS (
         SELECT FROM {{run}}

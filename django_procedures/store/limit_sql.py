@@ -43,9 +43,14 @@ _FULL_NAMES = """
                           AND s.holder_id IS NULL AND s.slot < w.amount)
           AND NOT EXISTS (SELECT FROM {slot} AS s WHERE s.name = w.name AND w.rate AND s.rate
                           AND s.free_at <= %(now)s AND s.slot < w.amount)
+    ), fulls AS MATERIALIZED (
+        SELECT array_agg(DISTINCT name || ':' || CASE WHEN rate THEN 'rate' ELSE 'concurrency' END || ':' || amount)
+            AS full_keys
+        FROM full_
     )"""
-_NOT_FULL = """NOT EXISTS (SELECT FROM {elements} AS e JOIN full_ AS f
-                    ON f.name = e->>0 AND f.rate = (e->>1 = 'rate') AND f.amount = (e->>2)::integer)"""
+# Per row only a comparison of its limits' keys with the full ones (an array read once per statement).
+_NOT_FULL = """NOT EXISTS (SELECT FROM {elements} AS e
+                    WHERE (e->>0) || ':' || (e->>1) || ':' || (e->>2) = ANY((SELECT full_keys FROM fulls)::text[]))"""
 
 # Free slots of each wanted name (``w``), locked; a slot another transaction holds locked (taking it, or
 # freeing it) is passed by, never waited for; one this claim took already (``taken``, still free until the
