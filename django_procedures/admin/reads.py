@@ -153,13 +153,11 @@ def limits_full(rows: Sequence[ProcedureRun]) -> dict[uuid.UUID, tuple[str, ...]
     if not wanted:
         return {}
     names = {limit.name for limits in wanted.values() for limit in limits}
-    at = clock.now()
-    now = at.timestamp()
-    uses = {name: Use.counted(in_use, recent, now) for name, in_use, recent in
-            LimitUse.objects.filter(name__in=names).with_use(at).values_list("name", "in_use", "recent")}
+    uses = {name: Use(in_use, recent) for name, in_use, recent in
+            LimitUse.objects.filter(name__in=names).with_use(clock.now()).values_list("name", "in_use", "recent")}
     found = {}
     for pid, limits in wanted.items():
-        full = tuple(text for limit in limits if (text := admits([limit], uses, now)))
+        full = tuple(text for limit in limits if (text := admits([limit], uses)))
         if full:
             found[pid] = full
     return found

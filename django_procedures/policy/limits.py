@@ -3,7 +3,7 @@
 A run's limits are stored on its row as plain data (``[[name, kind, amount, per_seconds], ...]``, sorted),
 computed by the procedure side from the user's ``limits()``; queue limits come from
 ``PROCEDURES["QUEUES"]`` and are added at claim time. The store takes them as slot rows (``store.limits``);
-this module is the rule those rows follow, as pure functions: whether one more claim fits a name's use.
+this module says, of a name's use read from those rows, whether one more claim fits (the admin's "why").
 
 Rate limits are a sliding-window log: a claim is admitted while fewer than ``count`` claims fall in the last
 ``per`` seconds. Exact (never more than ``count`` claims in any window of ``per`` seconds) and bursty: after a
@@ -23,7 +23,7 @@ from django_procedures.policy.durations import seconds_of
 
 #: Longest limit name: the limit table's primary key column.
 MAX_NAME_LENGTH = 200
-#: Largest ``count`` of a rate limit: its row keeps that many claim times.
+#: Largest ``count`` of a rate limit: a name has that many slot rows.
 MAX_RATE_COUNT = 10_000
 #: Largest concurrency ``max``: the limit table's integer column.
 MAX_CONCURRENCY = 2**31 - 1
@@ -169,57 +169,23 @@ def queue_limits(queues: Mapping[str, Any] | None) -> dict[str, list[Limit]]:
 
 @dataclass(frozen=True)
 class Use:
-    """A limit name's row as read in the claim: running leases holding it, and its recent claim times."""
+    """A limit name's use as read from its slots: leases holding it now, and claims its rate still counts."""
 
     in_use: int = 0
-    #: Epoch seconds of the last claims under a rate of this name, oldest first.
-    times: tuple[float, ...] = ()
-
-    @classmethod
-    def counted(cls, in_use: int, recent: int, now: float) -> Use:
-        """A use read as counts: ``recent`` claims inside the rate's window (stamped ``now``: still in it)."""
-        return cls(in_use, (now,) * recent)
+    #: Claims under a rate of this name inside its window now (its slots not free again yet).
+    recent: int = 0
 
 
-def admits(limits: Iterable[Limit], uses: Mapping[str, Use], now: float) -> str | None:
+def admits(limits: Iterable[Limit], uses: Mapping[str, Use]) -> str | None:
     """None if one more claim fits every limit, else which one is full, e.g. ``"crm-api: 5 of 5 running"``."""
     for limit in limits:
         use = uses.get(limit.name, Use())
         if limit.kind == CONCURRENCY and use.in_use >= limit.amount:
             return f"{limit.name}: {use.in_use} of {limit.amount} running"
-        if limit.kind == RATE:
-            recent = [t for t in use.times if t > now - limit.per_seconds]
-            if len(recent) >= limit.amount:
-                return f"{limit.name}: {len(recent)} of {limit.amount} per {limit.per_seconds:g}s"
+        if limit.kind == RATE and use.recent >= limit.amount:
+            return f"{limit.name}: {use.recent} of {limit.amount} per {limit.per_seconds:g}s"
     return None
 
 
-def taken(limits: Iterable[Limit], uses: Mapping[str, Use], now: float) -> dict[str, Use]:
-    """The rows' new values once one more claim took ``limits`` (after :func:`admits` said it fits)."""
-    new = dict(uses)
-    for limit in limits:
-        use = new.get(limit.name, Use())
-        if limit.kind == CONCURRENCY:
-            use = Use(use.in_use + 1, use.times)
-        else:  # keep the times a window of this rate can still count
-            recent = tuple(t for t in use.times if t > now - limit.per_seconds)
-            use = Use(use.in_use, (*recent[-(MAX_RATE_COUNT - 1):], now))
-        new[limit.name] = use
-    return new
-
-
-def next_admission(limits: Iterable[Limit], uses: Mapping[str, Use], now: float) -> float | None:
-    """When the rates among ``limits`` next admit a claim (epoch seconds), if a rate is what is full."""
-    at = None
-    for limit in limits:
-        if limit.kind != RATE:
-            continue
-        recent = sorted(t for t in uses.get(limit.name, Use()).times if t > now - limit.per_seconds)
-        if len(recent) >= limit.amount:
-            free = recent[len(recent) - limit.amount] + limit.per_seconds
-            at = free if at is None else max(at, free)
-    return at
-
-
 __all__ = ["CONCURRENCY", "MAX_NAME_LENGTH", "MAX_RATE_COUNT", "QUEUE_PREFIX", "RATE", "Limit", "Use", "admits",
-           "next_admission", "parse", "queue_limits", "stored_limits", "taken"]
+           "parse", "queue_limits", "stored_limits"]

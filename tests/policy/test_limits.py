@@ -11,11 +11,9 @@ from django_procedures.policy.limits import (
     MAX_NAME_LENGTH,
     Use,
     admits,
-    next_admission,
     parse,
     queue_limits,
     stored_limits,
-    taken,
 )
 from django_procedures.testing import isolated_registry
 
@@ -62,29 +60,16 @@ def test_limits_returns_are_checked():
 
 def test_a_concurrency_limit_admits_below_max_and_says_which_is_full():
     crm = [Limit.concurrency("crm-api", 5)]
-    assert admits(crm, {"crm-api": Use(4)}, 0) is None
-    assert admits(crm, {"crm-api": Use(5)}, 0) == "crm-api: 5 of 5 running"
-    assert taken(crm, {}, 0)["crm-api"].in_use == 1
+    assert admits(crm, {"crm-api": Use(4)}) is None
+    assert admits(crm, {}) is None  # a name no slot was made for yet
+    assert admits(crm, {"crm-api": Use(5)}) == "crm-api: 5 of 5 running"
 
 
-def test_a_rate_is_a_sliding_window_count_per_per_bursting_after_a_rest():
+def test_a_rate_admits_while_fewer_than_count_claims_are_in_its_window():
     api = [Limit.rate("api", 3, 10)]
-    uses: dict = {}
-    for t in (0.0, 0.1, 0.2):  # a burst of count after a rest
-        assert admits(api, uses, t) is None
-        uses = taken(api, uses, t)
-    assert admits(api, uses, 9.9) == "api: 3 of 3 per 10s"
-    assert next_admission(api, uses, 9.9) == pytest.approx(10.0)
-    assert admits(api, uses, 10.05) is None  # the first claim left the window
-    # Never more than count claims in any window of per: claims one after another as soon as admitted.
-    times, uses, t = [], {}, 0.0
-    while t < 100:
-        if admits(api, uses, t) is None:
-            uses = taken(api, uses, t)
-            times.append(t)
-        t = round(t + 0.05, 2)
-    assert max(sum(1 for x in times if s <= x < s + 10) for s in times) == 3
-    assert len(times) == 30  # and the rate is used in full: 3 per 10 s over 100 s
+    assert admits(api, {"api": Use(recent=2)}) is None
+    assert admits(api, {"api": Use(recent=3)}) == "api: 3 of 3 per 10s"
+    assert admits(api, {"api": Use(in_use=7, recent=0)}) is None  # leases holding a rate name are not counted
 
 
 def test_queue_limits_from_settings():
